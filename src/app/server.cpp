@@ -1,0 +1,82 @@
+#include "app/server.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <thread>
+
+#include "obs/access_log.hpp"
+
+namespace fg::app {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+server::server(std::shared_ptr<const runtime> rt) : rt_(std::move(rt)) {}
+
+int server::run() {
+  const auto& cfg = *rt_->cfg;
+  asio::io_context main_ioc;
+  tcp::acceptor listener(main_ioc);
+  try {
+    tcp::resolver resolver(main_ioc);
+    auto results = resolver.resolve(cfg.listen.host, std::to_string(cfg.listen.port), tcp::resolver::passive);
+    auto ep = results.begin()->endpoint();
+    listener.open(ep.protocol());
+    listener.set_option(tcp::acceptor::reuse_address(true));
+    listener.bind(ep);
+    listener.listen(asio::socket_base::max_listen_connections);
+  } catch (const std::exception& e) {
+    spdlog::error("cannot listen on {}: {}", cfg.listen.str(), e.what());
+    return 1;
+  }
+  listener.non_blocking(true);
+
+  unsigned n = cfg.workers ? cfg.workers : std::max(1u, std::thread::hardware_concurrency());
+  auto access = obs::access_log::open(cfg.log);
+  std::vector<std::unique_ptr<worker>> workers;
+  for (unsigned i = 0; i < n; ++i) workers.push_back(std::make_unique<worker>(i, rt_, access));
+  for (auto& w : workers) w->start(listener.native_handle());
+  spdlog::info("floodgate listening on {} with {} worker(s), {} route(s)", cfg.listen.str(), n, cfg.routes.size());
+
+  asio::signal_set signals(main_ioc, SIGTERM, SIGINT);
+  int signal_number = 0;
+  signals.async_wait([&](const boost::system::error_code& ec, int sig) {
+    if (!ec) signal_number = sig;
+  });
+  main_ioc.run();
+  main_ioc.restart();
+  spdlog::info("signal {}: draining (up to {}ms)", signal_number, cfg.http.drain_timeout.count());
+  listener.close();
+  for (auto& w : workers) w->drain();
+
+  // Workers return from run() once their last connection ends; the timer bounds the wait.
+  std::atomic<unsigned> done{0};
+  std::vector<std::thread> joiners;
+  for (auto& w : workers)
+    joiners.emplace_back([&, wp = w.get()] {
+      wp->join();
+      if (++done == workers.size()) asio::post(main_ioc, [&] { main_ioc.stop(); });
+    });
+  asio::steady_timer deadline(main_ioc, cfg.http.drain_timeout);
+  deadline.async_wait([&](const boost::system::error_code& ec) {
+    if (ec) return;
+    spdlog::warn("drain timeout: closing remaining connections");
+    for (auto& w : workers) w->stop();
+  });
+  // A second signal stops at once.
+  signals.async_wait([&](const boost::system::error_code& ec, int) {
+    if (!ec) for (auto& w : workers) w->stop();
+  });
+  main_ioc.run();
+  for (auto& t : joiners) t.join();
+  workers.clear();
+  spdlog::info("drained; exiting");
+  return 0;
+}
+
+}  // namespace fg::app

@@ -1,0 +1,21 @@
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "app/runtime.hpp"
+#include "app/worker.hpp"
+
+namespace fg::app {
+
+// The listening socket and N workers; runs until SIGTERM/SIGINT, then drains.
+class server {
+ public:
+  explicit server(std::shared_ptr<const runtime> rt);
+  // Blocks until a stop signal and the drain are done. Returns the exit code.
+  int run();
+
+ private:
+  std::shared_ptr<const runtime> rt_;
+};
+
+}  // namespace fg::app

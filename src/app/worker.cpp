@@ -1,0 +1,107 @@
+#include "app/worker.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <spdlog/spdlog.h>
+
+#include <unistd.h>
+
+#include "http/session.hpp"
+#include "obs/access_log.hpp"
+
+namespace fg::app {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+worker::worker(unsigned id, std::shared_ptr<const runtime> rt, std::shared_ptr<obs::access_log> access)
+    : pool_(ioc_.get_executor()) {
+  ctx_.id = id;
+  ctx_.rt = std::move(rt);
+  ctx_.pool = &pool_;
+  ctx_.access = std::move(access);
+  pool_.configure(ctx_.rt->cfg->upstreams);
+}
+
+worker::~worker() {
+  stop();
+  join();
+}
+
+void worker::start(int listen_fd) {
+  int fd = ::dup(listen_fd);
+  if (fd < 0) throw std::system_error(errno, std::generic_category(), "dup");
+  auto ep = tcp::endpoint();
+  {
+    // Learn the protocol family from the socket itself.
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
+    ep = ss.ss_family == AF_INET6 ? tcp::endpoint(tcp::v6(), 0) : tcp::endpoint(tcp::v4(), 0);
+  }
+  acceptor_ = std::make_unique<tcp::acceptor>(ioc_, ep.protocol(), fd);
+  asio::co_spawn(ioc_, accept_loop(), asio::detached);
+  thread_ = std::thread([this] {
+    for (;;) {
+      try {
+        ioc_.run();
+        break;
+      } catch (const std::exception& e) {
+        spdlog::error("worker {}: {}", ctx_.id, e.what());
+      }
+    }
+  });
+}
+
+asio::awaitable<void> worker::accept_loop() {
+  for (;;) {
+    auto [ec, socket] = co_await acceptor_->async_accept(asio::as_tuple(asio::use_awaitable));
+    if (ec) {
+      if (ec == asio::error::operation_aborted || !acceptor_->is_open()) co_return;
+      // Out of descriptors or similar: back off instead of spinning.
+      spdlog::warn("worker {}: accept failed: {}", ctx_.id, ec.message());
+      asio::steady_timer t(ioc_, std::chrono::milliseconds(100));
+      co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
+      continue;
+    }
+    if (ctx_.draining) continue;
+    asio::co_spawn(ioc_, http::run_session(ctx_, std::move(socket)), [](std::exception_ptr e) {
+      if (!e) return;
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& ex) {
+        spdlog::error("session ended by exception: {}", ex.what());
+      }
+    });
+  }
+}
+
+void worker::drain() {
+  asio::post(ioc_, [this] {
+    ctx_.draining = true;
+    boost::system::error_code ec;
+    if (acceptor_) acceptor_->close(ec);
+    pool_.close_idle();
+    for (auto& s : ctx_.sessions)
+      if (s.idle) s.socket->cancel(ec);
+  });
+}
+
+void worker::stop() { ioc_.stop(); }
+
+void worker::join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void worker::update(std::shared_ptr<const runtime> rt) {
+  asio::post(ioc_, [this, rt = std::move(rt)]() mutable {
+    pool_.configure(rt->cfg->upstreams);
+    ctx_.rt = std::move(rt);
+  });
+}
+
+}  // namespace fg::app

@@ -1,0 +1,40 @@
+#pragma once
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+#include <memory>
+#include <thread>
+
+#include "app/context.hpp"
+#include "upstream/pool.hpp"
+
+namespace fg::app {
+
+// One event loop on one thread: accepts on its own copy of the listening socket and
+// owns every connection it accepts, its upstream pool, and (later) its Redis client.
+class worker {
+ public:
+  worker(unsigned id, std::shared_ptr<const runtime> rt, std::shared_ptr<obs::access_log> access);
+  ~worker();
+
+  // `listen_fd` is duplicated; the worker's thread starts.
+  void start(int listen_fd);
+  // Thread-safe. Stop accepting, close idle connections, let in-flight requests finish.
+  void drain();
+  // Thread-safe. Abandon whatever is still running.
+  void stop();
+  void join();
+  // Thread-safe. Later requests use the new snapshot.
+  void update(std::shared_ptr<const runtime> rt);
+
+ private:
+  boost::asio::awaitable<void> accept_loop();
+
+  boost::asio::io_context ioc_{1};
+  std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;
+  upstream::pool pool_;
+  worker_context ctx_;
+  std::thread thread_;
+};
+
+}  // namespace fg::app

@@ -1,0 +1,137 @@
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fg::config {
+
+using duration = std::chrono::milliseconds;
+
+struct endpoint {
+  std::string host;
+  std::uint16_t port = 0;
+  std::string str() const;
+};
+
+struct admin_config {
+  std::optional<endpoint> listen;  // absent = no admin listener
+};
+
+enum class log_format { text, json };
+
+struct log_config {
+  std::string level = "info";
+  std::string access_log = "stdout";  // stdout | off | path
+  log_format format = log_format::text;
+};
+
+enum class store_kind { memory, redis };
+enum class redis_mode { standalone, cluster, sentinel };
+
+struct redis_config {
+  redis_mode mode = redis_mode::standalone;
+  std::vector<endpoint> addresses{{"127.0.0.1", 6379}};
+  std::string master_name;
+  std::string username;
+  std::string password;
+  int database = 0;
+  duration timeout{50};
+  std::string key_prefix = "floodgate:";
+};
+
+struct client_ip_config {
+  std::vector<std::string> trusted_proxies;  // CIDRs, validated by the loader
+  std::vector<std::string> headers{"X-Forwarded-For", "Forwarded", "X-Real-IP",
+                                   "Proxy-Client-IP", "WL-Proxy-Client-IP", "HTTP_CLIENT_IP"};
+  int ipv6_prefix = 128;
+};
+
+struct http_config {
+  std::size_t max_header_bytes = 16384;
+  std::uint64_t max_body_bytes = 0;  // 0 = unlimited
+  duration header_timeout{10'000};
+  duration idle_timeout{60'000};
+  duration drain_timeout{30'000};
+};
+
+struct upstream_config {
+  std::string name;
+  endpoint address;
+  duration connect_timeout{2'000};
+  duration response_timeout{30'000};
+  std::size_t max_idle = 64;
+};
+
+enum class algorithm { fixed_window, sliding_log, sliding_window, token_bucket, gcra, concurrency };
+enum class on_store_error { allow, deny, local };
+enum class headers_mode { ietf, legacy, both, none };
+enum class on_missing_key { anonymous, skip };
+
+struct key_source {
+  enum class kind { global, ip, header, query, cookie } type = kind::global;
+  std::string name;  // header / query / cookie name
+};
+
+struct rate {
+  std::uint64_t count = 0;
+  duration per{1000};
+};
+
+struct limit_config {
+  std::string name;
+  algorithm algo = algorithm::fixed_window;
+  std::vector<key_source> key{{key_source::kind::global, {}}};
+  std::uint64_t limit = 0;
+  duration window{0};
+  rate rate_;
+  std::uint64_t burst = 0;
+  std::uint64_t cost = 1;
+  bool shadow = false;
+  config::on_missing_key missing_key = on_missing_key::anonymous;
+};
+
+struct route_match {
+  std::string path;         // exact, or
+  std::string path_prefix;  // prefix
+  std::vector<std::string> methods;  // upper case; empty = any
+  std::string host;                  // lower case; empty = any
+};
+
+struct response_config {
+  unsigned status = 429;
+  std::string body = "{\"error\":\"too many requests\"}";
+  std::string content_type = "application/json";
+  headers_mode headers = headers_mode::ietf;
+};
+
+struct route_config {
+  std::string name;
+  route_match match;
+  std::string upstream;
+  std::size_t upstream_index = 0;
+  config::on_store_error store_error = on_store_error::allow;
+  response_config response;
+  std::vector<limit_config> limits;
+};
+
+struct config {
+  std::string source;  // file it was loaded from
+  endpoint listen{"0.0.0.0", 8080};
+  unsigned workers = 0;  // 0 = one per core
+  admin_config admin;
+  log_config log;
+  store_kind store = store_kind::memory;
+  redis_config redis;
+  client_ip_config client_ip;
+  http_config http;
+  std::vector<upstream_config> upstreams;
+  std::vector<route_config> routes;
+};
+
+using snapshot = std::shared_ptr<const config>;
+
+}  // namespace fg::config

@@ -1,0 +1,189 @@
+#include "config/yaml_reader.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace fg::config {
+
+std::string diagnostic::str() const {
+  if (line <= 0) return file + ": " + message;
+  return file + ":" + std::to_string(line) + ":" + std::to_string(column) + ": " + message;
+}
+
+namespace {
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      std::size_t up = row[j];
+      bool same = std::tolower(static_cast<unsigned char>(a[i - 1])) ==
+                  std::tolower(static_cast<unsigned char>(b[j - 1]));
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (same ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::optional<std::string> did_you_mean(std::string_view word, const std::vector<std::string>& candidates) {
+  std::optional<std::string> best;
+  std::size_t best_d = std::max<std::size_t>(2, word.size() / 3) + 1;
+  for (const auto& c : candidates) {
+    auto d = edit_distance(word, c);
+    if (d < best_d) best_d = d, best = c;
+  }
+  return best;
+}
+
+std::optional<std::string> expand_env(std::string_view in, std::string& out) {
+  out.clear();
+  for (std::size_t i = 0; i < in.size();) {
+    if (in[i] == '$' && i + 1 < in.size() && in[i + 1] == '$') {
+      out += '$';
+      i += 2;
+      continue;
+    }
+    if (in[i] != '$' || i + 1 >= in.size() || in[i + 1] != '{') {
+      out += in[i++];
+      continue;
+    }
+    auto close = in.find('}', i);
+    if (close == std::string_view::npos) return "unterminated '${' in value";
+    auto body = in.substr(i + 2, close - i - 2);
+    auto sep = body.find(":-");
+    auto name = body.substr(0, sep);
+    bool valid = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+    });
+    if (!valid) return "invalid environment variable reference '${" + std::string(body) + "}'";
+    const char* v = std::getenv(std::string(name).c_str());
+    if (v && *v) {
+      out += v;
+    } else if (sep != std::string_view::npos) {
+      out += body.substr(sep + 2);
+    } else {
+      return "environment variable " + std::string(name) + " is not set (use ${" + std::string(name) +
+             ":-default} for a default)";
+    }
+    i = close + 1;
+  }
+  return std::nullopt;
+}
+
+void yaml_reader::error(const YAML::Mark& at, std::string message) {
+  out_.push_back({file_, at.line + 1, at.column + 1, std::move(message)});
+}
+
+void yaml_reader::error(const YAML::Node& at, std::string message) { error(at.Mark(), std::move(message)); }
+
+yaml_reader::object::object(yaml_reader& r, const YAML::Node& node, std::string_view what) : r_(r), node_(node) {
+  if (!node || node.IsNull()) {
+    finished_ = true;
+    return;
+  }
+  if (!node.IsMap()) {
+    r_.error(node, std::string(what) + " must be a mapping");
+    finished_ = true;
+    return;
+  }
+  ok_ = true;
+}
+
+YAML::Node yaml_reader::object::get(const std::string& key) {
+  known_.push_back(key);
+  if (!ok_) return YAML::Node();
+  for (auto it = node_.begin(); it != node_.end(); ++it)
+    if (it->first.IsScalar() && it->first.Scalar() == key) return it->second;
+  return YAML::Node();
+}
+
+void yaml_reader::object::finish() {
+  if (finished_) return;
+  finished_ = true;
+  std::vector<std::string> seen;
+  for (auto it = node_.begin(); it != node_.end(); ++it) {
+    const auto& k = it->first;
+    if (!k.IsScalar()) {
+      r_.error(k, "mapping keys must be plain strings");
+      continue;
+    }
+    const auto& key = k.Scalar();
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
+      r_.error(k, "duplicate key '" + key + "'");
+      continue;
+    }
+    seen.push_back(key);
+    if (std::find(known_.begin(), known_.end(), key) != known_.end()) continue;
+    std::string msg = "unknown key '" + key + "'";
+    if (auto hint = did_you_mean(key, known_)) msg += " (did you mean '" + *hint + "'?)";
+    r_.error(k, msg);
+  }
+}
+
+std::optional<std::string> yaml_reader::string(const YAML::Node& n) {
+  if (!n.IsScalar()) {
+    error(n, "expected a string");
+    return std::nullopt;
+  }
+  std::string out;
+  if (auto err = expand_env(n.Scalar(), out)) {
+    error(n, *err);
+    return std::nullopt;
+  }
+  return out;
+}
+
+std::optional<bool> yaml_reader::boolean(const YAML::Node& n) {
+  auto s = string(n);
+  if (!s) return std::nullopt;
+  if (*s == "true" || *s == "yes" || *s == "on") return true;
+  if (*s == "false" || *s == "no" || *s == "off") return false;
+  error(n, "expected true or false, got '" + *s + "'");
+  return std::nullopt;
+}
+
+std::optional<std::uint64_t> yaml_reader::unsigned_int(const YAML::Node& n, std::uint64_t min, std::uint64_t max) {
+  auto s = string(n);
+  if (!s) return std::nullopt;
+  std::uint64_t v = 0;
+  bool digits = !s->empty() && s->size() < 20 &&
+                std::all_of(s->begin(), s->end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (digits) v = std::stoull(*s);
+  if (!digits || v < min || v > max) {
+    error(n, "expected an integer from " + std::to_string(min) + " to " + std::to_string(max) + ", got '" + *s + "'");
+    return std::nullopt;
+  }
+  return v;
+}
+
+std::optional<std::string> yaml_reader::one_of(const YAML::Node& n, const std::vector<std::string>& words) {
+  auto s = string(n);
+  if (!s) return std::nullopt;
+  if (std::find(words.begin(), words.end(), *s) != words.end()) return s;
+  std::string all;
+  for (const auto& w : words) all += (all.empty() ? "" : "|") + w;
+  std::string msg = "invalid value '" + *s + "', expected one of " + all;
+  if (auto hint = did_you_mean(*s, words)) msg += " (did you mean '" + *hint + "'?)";
+  error(n, msg);
+  return std::nullopt;
+}
+
+std::vector<YAML::Node> yaml_reader::list(const YAML::Node& n, bool scalar_ok) {
+  std::vector<YAML::Node> out;
+  if (n.IsSequence()) {
+    for (const auto& item : n) out.push_back(item);
+  } else if (scalar_ok && n.IsScalar()) {
+    out.push_back(n);
+  } else {
+    error(n, "expected a list");
+  }
+  return out;
+}
+
+}  // namespace fg::config

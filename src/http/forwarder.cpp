@@ -1,0 +1,200 @@
+#include "http/forwarder.hpp"
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <random>
+
+namespace fg::http {
+
+namespace bhttp = boost::beast::http;
+
+namespace {
+
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+template <class F>
+void for_each_token(std::string_view v, F&& f) {
+  while (!v.empty()) {
+    auto comma = v.find(',');
+    auto t = trim(v.substr(0, comma));
+    if (!t.empty()) f(t);
+    if (comma == std::string_view::npos) break;
+    v.remove_prefix(comma + 1);
+  }
+}
+
+// Names listed in Connection headers (lower-case comparisons done by caller).
+template <class Fields>
+bool named_in_connection(const Fields& h, std::string_view name) {
+  bool found = false;
+  for (auto it = h.find(bhttp::field::connection); it != h.end() && it->name() == bhttp::field::connection; ++it)
+    for_each_token(it->value(), [&](std::string_view t) { found = found || iequals(t, name); });
+  return found;
+}
+
+bool always_hop_by_hop(bhttp::field f) {
+  switch (f) {
+    case bhttp::field::connection:
+    case bhttp::field::keep_alive:
+    case bhttp::field::proxy_connection:
+    case bhttp::field::proxy_authenticate:
+    case bhttp::field::proxy_authorization:
+    case bhttp::field::te:
+    case bhttp::field::trailer:
+    case bhttp::field::transfer_encoding:
+    case bhttp::field::upgrade:
+    case bhttp::field::content_length:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void append_field(std::string& out, std::string_view name, std::string_view value) {
+  out.append(name).append(": ").append(value).append("\r\n");
+}
+
+bool has_connection_tokens(const bhttp::fields& h) { return h.find(bhttp::field::connection) != h.end(); }
+
+}  // namespace
+
+std::string_view incoming_request_id(const bhttp::request_header<>& h) {
+  auto it = h.find("x-request-id");
+  if (it == h.end()) return {};
+  auto v = trim(it->value());
+  if (v.empty() || v.size() > 128) return {};
+  for (char c : v)
+    if (static_cast<unsigned char>(c) <= 0x20 || static_cast<unsigned char>(c) >= 0x7f) return {};
+  return v;
+}
+
+bool is_upgrade_request(const bhttp::request_header<>& h) {
+  if (h.find(bhttp::field::upgrade) == h.end()) return false;
+  return named_in_connection(h, "upgrade");
+}
+
+void build_upstream_request(const bhttp::request_header<>& h, const forward_context& ctx, std::string& out) {
+  out.append(h.method_string()).append(" ").append(h.target()).append(" HTTP/1.1\r\n");
+  bool conn_tokens = has_connection_tokens(h);
+  bool have_proto = false, have_fwd_host = false, have_id = false;
+  std::string xff;
+  std::string_view host;
+  for (const auto& f : h) {
+    auto id = f.name();
+    auto name = f.name_string();
+    if (always_hop_by_hop(id) || id == bhttp::field::expect) continue;
+    if (id == bhttp::field::host) {
+      host = f.value();
+      append_field(out, name, f.value());
+      continue;
+    }
+    if (conn_tokens && named_in_connection(h, name)) continue;
+    if (iequals(name, "x-forwarded-for")) {
+      auto v = trim(f.value());
+      if (!v.empty()) xff.append(xff.empty() ? "" : ", ").append(v);
+      continue;
+    }
+    if (iequals(name, "x-forwarded-proto")) {
+      if (!ctx.peer_trusted || have_proto) continue;
+      have_proto = true;
+    } else if (iequals(name, "x-forwarded-host")) {
+      if (!ctx.peer_trusted || have_fwd_host) continue;
+      have_fwd_host = true;
+    } else if (iequals(name, "x-request-id")) {
+      if (have_id || incoming_request_id(h).empty()) continue;
+      have_id = true;
+      append_field(out, name, incoming_request_id(h));
+      continue;
+    }
+    append_field(out, name, f.value());
+  }
+  xff.append(xff.empty() ? "" : ", ").append(ctx.peer_ip);
+  append_field(out, "X-Forwarded-For", xff);
+  if (!have_proto) append_field(out, "X-Forwarded-Proto", "http");
+  if (!have_fwd_host && !host.empty()) append_field(out, "X-Forwarded-Host", host);
+  if (!have_id && !ctx.request_id.empty()) append_field(out, "X-Request-Id", ctx.request_id);
+  if (ctx.upgrade) {
+    append_field(out, "Connection", "Upgrade");
+    append_field(out, "Upgrade", h[bhttp::field::upgrade]);
+  }
+  switch (ctx.framing.type) {
+    case body_framing::kind::chunked:
+      append_field(out, "Transfer-Encoding", "chunked");
+      break;
+    case body_framing::kind::length: {
+      char buf[24];
+      auto [p, ec] = std::to_chars(buf, buf + sizeof buf, ctx.framing.length);
+      append_field(out, "Content-Length", std::string_view(buf, static_cast<std::size_t>(p - buf)));
+      break;
+    }
+    case body_framing::kind::none:
+      // A body-less POST/PUT still states its length, as origin servers expect.
+      if (h.method() == bhttp::verb::post || h.method() == bhttp::verb::put || h.method() == bhttp::verb::patch)
+        append_field(out, "Content-Length", "0");
+      break;
+  }
+  out.append("\r\n");
+}
+
+void build_downstream_response(const bhttp::response_header<>& h, const response_context& ctx, std::string& out) {
+  char num[24];
+  auto [p, ec] = std::to_chars(num, num + sizeof num, h.result_int());
+  out.append(ctx.client_version >= 11 ? "HTTP/1.1 " : "HTTP/1.0 ")
+      .append(num, static_cast<std::size_t>(p - num))
+      .append(" ");
+  auto reason = h.reason();
+  if (reason.empty()) reason = bhttp::obsolete_reason(h.result());
+  out.append(reason).append("\r\n");
+  bool conn_tokens = has_connection_tokens(h);
+  for (const auto& f : h) {
+    if (always_hop_by_hop(f.name())) continue;
+    if (conn_tokens && named_in_connection(h, f.name_string())) continue;
+    append_field(out, f.name_string(), f.value());
+  }
+  switch (ctx.framing) {
+    case response_framing::length: {
+      auto [q, ec2] = std::to_chars(num, num + sizeof num, ctx.length);
+      append_field(out, "Content-Length", std::string_view(num, static_cast<std::size_t>(q - num)));
+      break;
+    }
+    case response_framing::chunked:
+      append_field(out, "Transfer-Encoding", "chunked");
+      break;
+    default:
+      break;
+  }
+  if (ctx.upgrade) {
+    append_field(out, "Connection", "Upgrade");
+    append_field(out, "Upgrade", h[bhttp::field::upgrade]);
+  } else if (!ctx.keep_alive) {
+    append_field(out, "Connection", "close");
+  } else if (ctx.client_version < 11) {
+    append_field(out, "Connection", "keep-alive");
+  }
+  out.append(ctx.extra);
+  out.append("\r\n");
+}
+
+std::string make_request_id() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string id(32, '0');
+  for (int half = 0; half < 2; ++half) {
+    auto v = rng();
+    for (int i = 0; i < 16; ++i) id[static_cast<std::size_t>(half * 16 + i)] = hex[(v >> (i * 4)) & 0xf];
+  }
+  return id;
+}
+
+}  // namespace fg::http

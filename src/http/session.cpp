@@ -1,0 +1,564 @@
+#include "http/session.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <spdlog/spdlog.h>
+
+#include <array>
+#include <charconv>
+#include <optional>
+
+#include "http/forwarder.hpp"
+#include "http/framing.hpp"
+#include "http/responses.hpp"
+#include "http/tunnel.hpp"
+#include "obs/access_log.hpp"
+#include "upstream/pool.hpp"
+
+namespace fg::http {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using asio::ip::tcp;
+using error_code = boost::system::error_code;
+using clock = std::chrono::steady_clock;
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+constexpr std::size_t body_chunk = 32 * 1024;
+
+namespace {
+
+using request_parser = bhttp::request_parser<bhttp::buffer_body>;
+using response_parser = bhttp::response_parser<bhttp::buffer_body>;
+
+bool is_idempotent(bhttp::verb v) {
+  switch (v) {
+    case bhttp::verb::get: case bhttp::verb::head: case bhttp::verb::options:
+    case bhttp::verb::trace: case bhttp::verb::put: case bhttp::verb::delete_:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Chunk framing for a piece of body: "<hex>\r\n" ... "\r\n".
+struct chunk_frame {
+  char head[20];
+  std::size_t head_len = 0;
+  explicit chunk_frame(std::size_t n) {
+    auto [p, ec] = std::to_chars(head, head + 16, n, 16);
+    p[0] = '\r', p[1] = '\n';
+    head_len = static_cast<std::size_t>(p - head) + 2;
+  }
+};
+constexpr std::string_view crlf = "\r\n";
+constexpr std::string_view last_chunk = "0\r\n\r\n";
+
+// Feeds already-buffered bytes to a parser whose body is a buffer_body, reading from
+// the socket only when the parser needs more. Returns when some body bytes were
+// produced, the body buffer is full, or the message is complete.
+template <class Parser>
+asio::awaitable<error_code> read_body_piece(beast::tcp_stream& s, beast::flat_buffer& b, Parser& p,
+                                           std::chrono::milliseconds timeout, std::size_t& produced) {
+  auto& body = p.get().body();
+  std::size_t start = body.size;
+  for (;;) {
+    if (b.size() > 0) {
+      error_code ec;
+      auto used = p.put(b.data(), ec);
+      b.consume(used);
+      produced = start - body.size;
+      if (ec == bhttp::error::need_buffer || p.is_done() || produced > 0) co_return error_code{};
+      if (ec && ec != bhttp::error::need_more) co_return ec;
+      if (used > 0 && !ec) continue;
+    }
+    s.expires_after(timeout);
+    auto [ec, n] = co_await s.async_read_some(b.prepare(std::min<std::size_t>(b.max_size() - b.size(), 65536)), use_tuple);
+    if (ec == asio::error::eof) {
+      error_code eec;
+      p.put_eof(eec);
+      produced = start - body.size;
+      co_return eec ? error_code(bhttp::error::partial_message) : error_code{};
+    }
+    if (ec) co_return ec;
+    b.commit(n);
+  }
+}
+
+class session {
+ public:
+  session(app::worker_context& ctx, tcp::socket socket)
+      : ctx_(ctx), stream_(std::move(socket)), buffer_(64 * 1024) {
+    error_code ec;
+    auto ep = stream_.socket().remote_endpoint(ec);
+    if (!ec) peer_ = net::normalize(ep.address());
+    peer_str_ = peer_.to_string();
+    stream_.socket().set_option(tcp::no_delay(true), ec);
+    entry_ = ctx_.sessions.insert(ctx_.sessions.end(), app::session_entry{&stream_.socket(), true});
+  }
+  ~session() { ctx_.sessions.erase(entry_); }
+
+  asio::awaitable<void> run();
+
+ private:
+  enum class outcome { keep_going, close, closed };
+
+  asio::awaitable<outcome> read_head(bool first);
+  asio::awaitable<outcome> handle();
+  asio::awaitable<outcome> forward();
+  asio::awaitable<outcome> send_local(unsigned status, bool keep_alive, std::string_view body = {});
+  asio::awaitable<void> lingering_close();
+  asio::awaitable<error_code> write_down(std::span<const asio::const_buffer> bufs);
+  void log_request(unsigned status);
+  char* body_buf() {
+    if (!body_buf_) body_buf_ = std::make_unique<char[]>(body_chunk);
+    return body_buf_.get();
+  }
+
+  app::worker_context& ctx_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  net::address peer_;
+  std::string peer_str_;
+  std::list<app::session_entry>::iterator entry_;
+  std::shared_ptr<const app::runtime> rt_;
+  head_scanner scanner_;
+  std::optional<request_parser> parser_;
+  std::unique_ptr<char[]> body_buf_;
+  std::string head_out_;
+  std::string request_id_;
+  std::string path_;
+  std::string client_key_;
+  body_framing framing_;
+  int route_ = -1;
+  std::uint64_t bytes_in_ = 0, bytes_out_ = 0;
+  double upstream_ms_ = -1;
+  clock::time_point started_;
+  std::size_t requests_ = 0;
+};
+
+asio::awaitable<session::outcome> session::read_head(bool first) {
+  const auto& http = rt_->cfg->http;
+  const auto max = http.max_header_bytes;
+  scanner_.reset();
+  auto deadline = first ? clock::now() + http.header_timeout : clock::time_point::max();
+  for (;;) {
+    // Tolerate empty lines between pipelined requests (RFC 9112 §2.2).
+    while (buffer_.size() >= 2 && static_cast<const char*>(buffer_.data().data())[0] == '\r' &&
+           static_cast<const char*>(buffer_.data().data())[1] == '\n')
+      buffer_.consume(2);
+    if (buffer_.size() > 0) {
+      entry_->idle = false;
+      if (deadline == clock::time_point::max()) deadline = clock::now() + http.header_timeout;
+      std::string_view data(static_cast<const char*>(buffer_.data().data()), std::min(buffer_.size(), max + 1));
+      auto st = scanner_.scan(data);
+      if (st == head_scanner::state::complete) {
+        if (scanner_.head_size() > max) co_return co_await send_local(431, false);
+        break;
+      }
+      if (st == head_scanner::state::bad) {
+        spdlog::debug("{}: rejected request: {}", peer_str_, scanner_.error());
+        co_return co_await send_local(400, false);
+      }
+      if (buffer_.size() > max) co_return co_await send_local(431, false);
+    } else {
+      entry_->idle = true;
+      if (ctx_.draining) co_return outcome::close;
+    }
+    if (deadline == clock::time_point::max()) stream_.expires_after(http.idle_timeout);
+    else stream_.expires_at(deadline);
+    auto space = std::min<std::size_t>(buffer_.max_size() - buffer_.size(), 16384);
+    auto [ec, n] = co_await stream_.async_read_some(buffer_.prepare(space), use_tuple);
+    if (ec == beast::error::timeout) {
+      // An idle keep-alive connection just closes; a slow or silent request head gets 408.
+      if (buffer_.size() == 0 && !first) co_return outcome::close;
+      co_return co_await send_local(408, false);
+    }
+    if (ec) co_return outcome::closed;
+    buffer_.commit(n);
+  }
+  // Beast parses the head we have vetted.
+  parser_.emplace();
+  parser_->header_limit(static_cast<std::uint32_t>(max + 4));
+  parser_->body_limit(boost::none);
+  parser_->eager(false);
+  error_code ec;
+  auto used = parser_->put(asio::buffer(buffer_.data().data(), scanner_.head_size()), ec);
+  if (ec || !parser_->is_header_done()) {
+    spdlog::debug("{}: rejected request: {}", peer_str_, ec ? ec.message() : "incomplete head");
+    co_return co_await send_local(400, false);
+  }
+  buffer_.consume(used);
+  parser_->eager(true);
+  entry_->idle = false;
+  co_return outcome::keep_going;
+}
+
+asio::awaitable<void> session::run() {
+  for (;;) {
+    rt_ = ctx_.rt;
+    bool first = requests_ == 0;
+    auto o = co_await read_head(first);
+    if (o != outcome::keep_going) {
+      if (o == outcome::close) co_await lingering_close();
+      break;
+    }
+    ++requests_;
+    started_ = clock::now();
+    bytes_in_ = bytes_out_ = 0;
+    upstream_ms_ = -1;
+    route_ = -1;
+    o = co_await handle();
+    if (o == outcome::close) {
+      co_await lingering_close();
+      break;
+    }
+    if (o == outcome::closed) break;
+  }
+  error_code ec;
+  stream_.socket().close(ec);
+}
+
+asio::awaitable<void> session::lingering_close() {
+  // Half-close, then drain what the client is still sending so that our response is
+  // not destroyed by a reset; bounded in time and bytes.
+  error_code ec;
+  stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+  if (ec) co_return;
+  auto until = clock::now() + std::chrono::seconds(2);
+  std::size_t total = 0;
+  char sink[4096];
+  while (total < 4 * 1024 * 1024) {
+    stream_.expires_at(until);
+    auto [rec, n] = co_await stream_.async_read_some(asio::buffer(sink), use_tuple);
+    if (rec) break;
+    total += n;
+  }
+}
+
+asio::awaitable<error_code> session::write_down(std::span<const asio::const_buffer> bufs) {
+  stream_.expires_after(rt_->cfg->http.idle_timeout);
+  auto [ec, n] = co_await asio::async_write(stream_, bufs, use_tuple);
+  co_return ec;
+}
+
+asio::awaitable<session::outcome> session::send_local(unsigned status, bool keep_alive, std::string_view body) {
+  bool head = parser_ && parser_->is_header_done() && parser_->get().method() == bhttp::verb::head;
+  keep_alive = keep_alive && !ctx_.draining;
+  local_response r;
+  r.status = status;
+  r.body = body;
+  r.keep_alive = keep_alive;
+  r.request_id = request_id_;
+  r.head = head;
+  auto text = render(r);
+  if (parser_ && parser_->is_header_done()) log_request(status);
+  else if (requests_ == 0 || buffer_.size()) {
+    // Rejected before a request head was parsed: still one access-log line.
+    started_ = clock::now();
+    auto* log = ctx_.access.get();
+    if (log && log->enabled())
+      log->write({peer_str_, "-", "-", status, 0, 0, -1, 0, request_id_, ""});
+  }
+  std::array<asio::const_buffer, 1> bufs{asio::buffer(text)};
+  auto ec = co_await write_down(bufs);
+  if (ec) co_return outcome::closed;
+  co_return keep_alive ? outcome::keep_going : outcome::close;
+}
+
+void session::log_request(unsigned status) {
+  auto* log = ctx_.access.get();
+  if (!log || !log->enabled()) return;
+  const auto& req = parser_->get();
+  obs::access_record r;
+  r.client_ip = client_key_.empty() ? std::string_view(peer_str_) : std::string_view(client_key_);
+  r.method = req.method_string();
+  r.target = req.target();
+  r.status = status;
+  r.bytes_in = bytes_in_;
+  r.bytes_out = bytes_out_;
+  r.upstream_ms = upstream_ms_;
+  r.total_ms = std::chrono::duration<double, std::milli>(clock::now() - started_).count();
+  r.request_id = request_id_;
+  if (route_ >= 0) r.route = rt_->cfg->routes[static_cast<std::size_t>(route_)].name;
+  log->write(r);
+}
+
+asio::awaitable<session::outcome> session::handle() {
+  const auto& req = parser_->get();
+  const auto& cfg = *rt_->cfg;
+  request_id_.clear();
+  client_key_.clear();
+  if (auto in = incoming_request_id(req.base()); !in.empty()) request_id_.assign(in);
+  else request_id_ = make_request_id();
+
+  const char* why = "";
+  auto framing = check_request_framing(req.base(), why);
+  if (!framing) {
+    spdlog::debug("{}: rejected request: {}", peer_str_, why);
+    co_return co_await send_local(400, false);
+  }
+  framing_ = *framing;
+  bool has_body = framing_.type != body_framing::kind::none;
+  if (!routing::normalize_target_path(req.target(), path_)) co_return co_await send_local(400, false);
+  if (cfg.http.max_body_bytes && framing_.type == body_framing::kind::length && framing_.length > cfg.http.max_body_bytes)
+    co_return co_await send_local(413, false);
+
+  route_ = rt_->routes.match(req[bhttp::field::host], req.method_string(), path_);
+  if (route_ < 0) co_return co_await send_local(404, req.keep_alive() && !has_body, "{\"error\":\"no route\"}\n");
+
+  // Identity: the peer unless it is a trusted proxy (then its forwarding headers).
+  if (rt_->client_ip.is_trusted(peer_)) {
+    std::array<net::header_field, 16> fields;
+    std::size_t n = 0;
+    for (const auto& f : req) {
+      if (n == fields.size()) break;
+      for (const auto& name : rt_->client_ip.headers())
+        if (beast::iequals(f.name_string(), name)) {
+          fields[n++] = {f.name_string(), f.value()};
+          break;
+        }
+    }
+    client_key_ = rt_->client_ip.resolve(peer_, std::span(fields.data(), n)).key;
+  } else {
+    client_key_ = rt_->client_ip.key_of(peer_);
+  }
+
+  if (auto expect = req.find(bhttp::field::expect); expect != req.end()) {
+    if (!beast::iequals(expect->value(), "100-continue")) co_return co_await send_local(417, false);
+    if (has_body && req.version() >= 11) {
+      static constexpr std::string_view cont = "HTTP/1.1 100 Continue\r\n\r\n";
+      std::array<asio::const_buffer, 1> bufs{asio::buffer(cont)};
+      if (co_await write_down(bufs)) co_return outcome::closed;
+    }
+  }
+  co_return co_await forward();
+}
+
+asio::awaitable<session::outcome> session::forward() {
+  auto& req = parser_->get();
+  const auto& cfg = *rt_->cfg;
+  const auto& route = cfg.routes[static_cast<std::size_t>(route_)];
+  const auto& up_cfg = cfg.upstreams[route.upstream_index];
+  const bool has_body = framing_.type != body_framing::kind::none;
+  const bool chunked = framing_.type == body_framing::kind::chunked;
+  const bool upgrade = is_upgrade_request(req.base()) && !has_body;
+  const bool retry_safe = is_idempotent(req.method()) && !has_body;
+
+  head_out_.clear();
+  forward_context fc;
+  fc.peer_ip = peer_str_;
+  fc.peer_trusted = rt_->client_ip.is_trusted(peer_);
+  fc.request_id = request_id_;
+  fc.upgrade = upgrade;
+  fc.framing = framing_;
+  build_upstream_request(req.base(), fc, head_out_);
+
+  // The first piece of the body is read before upstream is contacted: a malformed
+  // body is rejected with upstream having received nothing.
+  std::size_t piece = 0;
+  char* buf = nullptr;
+  if (has_body) {
+    buf = body_buf();
+    req.body().data = buf;
+    req.body().size = body_chunk;
+    auto ec = co_await read_body_piece(stream_, buffer_, *parser_, cfg.http.idle_timeout, piece);
+    if (ec == beast::error::timeout) co_return co_await send_local(408, false);
+    if (ec) co_return co_await send_local(400, false);
+  }
+  auto body_too_large = [&] { return cfg.http.max_body_bytes && bytes_in_ > cfg.http.max_body_bytes; };
+
+  auto t0 = clock::now();
+  upstream::connection_ptr up;
+  for (int attempt = 0;; ++attempt) {
+    error_code ec;
+    // (GCC 12: no co_await inside a conditional expression.)
+    if (attempt == 0) up = co_await ctx_.pool->acquire(route.upstream_index, ec);
+    else up = co_await ctx_.pool->connect(route.upstream_index, ec);
+    if (!up) {
+      spdlog::warn("upstream {} ({}): connect failed: {}", up_cfg.name, up_cfg.address.str(), ec.message());
+      co_return co_await send_local(ec == beast::error::timeout ? 504 : 502, false);
+    }
+    // Head and first body piece in one write.
+    chunk_frame frame(piece);
+    std::array<asio::const_buffer, 4> bufs;
+    std::size_t nb = 0;
+    bufs[nb++] = asio::buffer(head_out_);
+    if (piece) {
+      if (chunked) bufs[nb++] = asio::buffer(frame.head, frame.head_len);
+      bufs[nb++] = asio::buffer(buf, piece);
+      if (chunked) bufs[nb++] = asio::buffer(crlf);
+    }
+    up->stream.expires_after(up_cfg.response_timeout);
+    auto [wec, wn] = co_await asio::async_write(up->stream, std::span(bufs.data(), nb), use_tuple);
+    if (!wec) break;
+    if (up->reused && retry_safe && attempt == 0) continue;
+    spdlog::warn("upstream {}: write failed: {}", up_cfg.name, wec.message());
+    co_return co_await send_local(502, false);
+  }
+  bytes_in_ += piece;
+
+  // Rest of the request body.
+  while (has_body && !parser_->is_done()) {
+    if (body_too_large()) co_return co_await send_local(413, false);
+    req.body().data = buf;
+    req.body().size = body_chunk;
+    auto ec = co_await read_body_piece(stream_, buffer_, *parser_, cfg.http.idle_timeout, piece);
+    if (ec) {
+      spdlog::debug("{}: request body aborted: {}", peer_str_, ec.message());
+      // Upstream sees an incomplete message and a closed connection, never a second one.
+      co_return co_await send_local(ec == beast::error::timeout ? 408 : 400, false);
+    }
+    if (!piece) continue;
+    bytes_in_ += piece;
+    chunk_frame frame(piece);
+    std::array<asio::const_buffer, 3> bufs;
+    std::size_t nb = 0;
+    if (chunked) bufs[nb++] = asio::buffer(frame.head, frame.head_len);
+    bufs[nb++] = asio::buffer(buf, piece);
+    if (chunked) bufs[nb++] = asio::buffer(crlf);
+    up->stream.expires_after(up_cfg.response_timeout);
+    auto [wec, wn] = co_await asio::async_write(up->stream, std::span(bufs.data(), nb), use_tuple);
+    if (wec) {
+      spdlog::warn("upstream {}: write failed: {}", up_cfg.name, wec.message());
+      co_return co_await send_local(502, false);
+    }
+  }
+  if (body_too_large()) co_return co_await send_local(413, false);
+  if (chunked) {
+    up->stream.expires_after(up_cfg.response_timeout);
+    auto [wec, wn] = co_await asio::async_write(up->stream, asio::buffer(last_chunk), use_tuple);
+    if (wec) co_return co_await send_local(502, false);
+  }
+
+  // Response head; 1xx other than 101 are consumed here.
+  std::optional<response_parser> rp;
+  for (int attempt = 0;;) {
+    rp.emplace();
+    rp->header_limit(64 * 1024);
+    rp->body_limit(boost::none);
+    if (req.method() == bhttp::verb::head) rp->skip(true);
+    up->stream.expires_after(up_cfg.response_timeout);
+    auto [ec, n] = co_await bhttp::async_read_header(up->stream, up->buffer, *rp, use_tuple);
+    if (!ec) {
+      auto code = rp->get().result_int();
+      if (code >= 100 && code < 200 && code != 101) continue;
+      break;
+    }
+    if (ec == beast::error::timeout) {
+      spdlog::warn("upstream {}: no response within {}ms", up_cfg.name, up_cfg.response_timeout.count());
+      co_return co_await send_local(504, false);
+    }
+    bool nothing_received = ec == bhttp::error::end_of_stream || ec == asio::error::connection_reset ||
+                            ec == asio::error::eof;
+    if (up->reused && retry_safe && attempt == 0 && nothing_received) {
+      ++attempt;
+      error_code cec;
+      up = co_await ctx_.pool->connect(route.upstream_index, cec);
+      if (!up) co_return co_await send_local(502, false);
+      up->stream.expires_after(up_cfg.response_timeout);
+      auto [wec, wn] = co_await asio::async_write(up->stream, asio::buffer(head_out_), use_tuple);
+      if (wec) co_return co_await send_local(502, false);
+      continue;
+    }
+    spdlog::warn("upstream {}: bad or missing response: {}", up_cfg.name, ec.message());
+    co_return co_await send_local(502, false);
+  }
+  auto& res = rp->get();
+  unsigned status = res.result_int();
+
+  response_context rc;
+  rc.client_version = req.version();
+  rc.keep_alive = req.keep_alive() && !ctx_.draining;
+  bool body_expected = !(req.method() == bhttp::verb::head || status == 204 || status == 304 || status == 101);
+  bool up_close_delimited = false;
+  if (!body_expected) {
+    rc.framing = response_framing::none;
+    // A HEAD answer keeps the upstream's Content-Length as information.
+    if (req.method() == bhttp::verb::head && rp->content_length()) {
+      rc.framing = response_framing::length;
+      rc.length = *rp->content_length();
+    }
+  } else if (rp->chunked()) {
+    rc.framing = req.version() >= 11 ? response_framing::chunked : response_framing::close_delimited;
+  } else if (rp->content_length()) {
+    rc.framing = response_framing::length;
+    rc.length = *rp->content_length();
+  } else {
+    up_close_delimited = true;
+    rc.framing = req.version() >= 11 ? response_framing::chunked : response_framing::close_delimited;
+  }
+  if (rc.framing == response_framing::close_delimited) rc.keep_alive = false;
+  const bool tunnel = status == 101 && upgrade;
+  rc.upgrade = tunnel;
+  if (status == 101 && !upgrade) {
+    spdlog::warn("upstream {}: unexpected 101 to a request that did not ask to upgrade", up_cfg.name);
+    co_return co_await send_local(502, false);
+  }
+  if (tunnel) rc.keep_alive = false;
+  head_out_.clear();
+  build_downstream_response(res.base(), rc, head_out_);
+  upstream_ms_ = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+
+  const bool down_chunked = rc.framing == response_framing::chunked;
+  buf = body_buf();
+  bool wrote_head = false;
+  bool complete = !body_expected;
+  while (!complete) {
+    res.body().data = buf;
+    res.body().size = body_chunk;
+    auto ec = co_await read_body_piece(up->stream, up->buffer, *rp, up_cfg.response_timeout, piece);
+    if (ec) {
+      // Mid-response failure: close without completing the framing, so the client
+      // can tell the response is truncated.
+      spdlog::warn("upstream {}: response aborted: {}", up_cfg.name, ec.message());
+      if (!wrote_head) co_return co_await send_local(ec == beast::error::timeout ? 504 : 502, false);
+      log_request(status);
+      co_return outcome::closed;
+    }
+    complete = rp->is_done();
+    chunk_frame frame(piece);
+    std::array<asio::const_buffer, 5> bufs;
+    std::size_t nb = 0;
+    if (!wrote_head) bufs[nb++] = asio::buffer(head_out_);
+    if (piece) {
+      if (down_chunked) bufs[nb++] = asio::buffer(frame.head, frame.head_len);
+      bufs[nb++] = asio::buffer(buf, piece);
+      if (down_chunked) bufs[nb++] = asio::buffer(crlf);
+    }
+    if (complete && down_chunked) bufs[nb++] = asio::buffer(last_chunk);
+    if (nb == 0) continue;
+    if (co_await write_down(std::span(bufs.data(), nb))) co_return outcome::closed;
+    wrote_head = true;
+    bytes_out_ += piece;
+  }
+  if (!wrote_head) {
+    std::array<asio::const_buffer, 1> bufs{asio::buffer(head_out_)};
+    if (co_await write_down(bufs)) co_return outcome::closed;
+  }
+  log_request(status);
+
+  if (tunnel) {
+    auto stats = co_await run_tunnel(stream_, buffer_, up->stream, up->buffer, cfg.http.idle_timeout);
+    bytes_in_ += stats.down_to_up;
+    bytes_out_ += stats.up_to_down;
+    co_return outcome::closed;
+  }
+  if (rp->keep_alive() && !up_close_delimited && !upgrade) ctx_.pool->release(route.upstream_index, std::move(up));
+  co_return rc.keep_alive ? outcome::keep_going : outcome::close;
+}
+
+}  // namespace
+
+asio::awaitable<void> run_session(app::worker_context& ctx, tcp::socket socket) {
+  session s(ctx, std::move(socket));
+  co_await s.run();
+}
+
+}  // namespace fg::http

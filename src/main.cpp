@@ -1,0 +1,57 @@
+#include <boost/program_options.hpp>
+#include <spdlog/spdlog.h>
+
+#include <iostream>
+
+#include "app/runtime.hpp"
+#include "app/server.hpp"
+#include "config/loader.hpp"
+#include "fg_version.hpp"
+#include "obs/logging.hpp"
+
+namespace po = boost::program_options;
+
+int main(int argc, char** argv) {
+  po::options_description opts("floodgate — a rate-limiting HTTP reverse proxy\n\nUsage: floodgate [--check] --config FILE\n\nOptions");
+  opts.add_options()
+      ("config,c", po::value<std::string>()->default_value("config/floodgate.yaml"), "configuration file")
+      ("check", "validate the configuration and exit (0: valid, 1: errors printed as FILE:LINE:COL: message)")
+      ("version,v", "print the version and exit")
+      ("help,h", "print this help and exit");
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, opts), vm);
+    po::notify(vm);
+  } catch (const std::exception& e) {
+    std::cerr << "floodgate: " << e.what() << "\n" << opts << "\n";
+    return 2;
+  }
+  if (vm.count("help")) {
+    std::cout << opts << "\n";
+    return 0;
+  }
+  if (vm.count("version")) {
+    std::cout << "floodgate " << FG_VERSION << "\n";
+    return 0;
+  }
+  auto path = vm["config"].as<std::string>();
+  auto loaded = fg::config::load_file(path);
+  if (!loaded.ok()) {
+    for (const auto& e : loaded.errors) std::cerr << e.str() << "\n";
+    std::cerr << "floodgate: " << loaded.errors.size() << " error(s) in " << path << "\n";
+    return 1;
+  }
+  if (vm.count("check")) {
+    std::cout << path << ": OK\n";
+    return 0;
+  }
+  fg::obs::init_logging(loaded.cfg->log.level);
+  auto rt = fg::app::runtime::build(loaded.cfg);
+  try {
+    fg::app::server srv(rt);
+    return srv.run();
+  } catch (const std::exception& e) {
+    spdlog::error("fatal: {}", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,53 @@
+#include "obs/access_log.hpp"
+
+#include <boost/json/serialize.hpp>
+#include <boost/json/string.hpp>
+#include <fmt/chrono.h>
+#include <spdlog/async.h>
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+namespace fg::obs {
+
+std::shared_ptr<access_log> access_log::open(const config::log_config& cfg) {
+  auto log = std::make_shared<access_log>();
+  if (cfg.access_log == "off") return log;
+  if (!spdlog::thread_pool()) spdlog::init_thread_pool(16384, 1);
+  std::shared_ptr<spdlog::sinks::sink> sink;
+  if (cfg.access_log == "stdout") sink = std::make_shared<spdlog::sinks::stdout_sink_mt>();
+  else sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(cfg.access_log);
+  // Overrun drops the oldest lines rather than blocking a worker when the sink is slow.
+  log->logger_ = std::make_shared<spdlog::async_logger>("access", sink, spdlog::thread_pool(),
+                                                        spdlog::async_overflow_policy::overrun_oldest);
+  log->logger_->set_pattern("%v");
+  log->logger_->flush_on(spdlog::level::info);
+  log->json_ = cfg.format == config::log_format::json;
+  return log;
+}
+
+access_log::~access_log() {
+  if (logger_) logger_->flush();
+}
+
+namespace {
+std::string quote(std::string_view s) { return boost::json::serialize(boost::json::string(s)); }
+}  // namespace
+
+void access_log::write(const access_record& r) const {
+  if (!logger_) return;
+  auto now = std::chrono::system_clock::now();
+  if (json_) {
+    logger_->info(
+        "{{\"time\":\"{:%Y-%m-%dT%H:%M:%S}Z\",\"client_ip\":{},\"method\":{},\"target\":{},\"status\":{},"
+        "\"bytes_in\":{},\"bytes_out\":{},\"upstream_ms\":{:.3f},\"total_ms\":{:.3f},\"request_id\":{},\"route\":{}}}",
+        std::chrono::floor<std::chrono::seconds>(now), quote(r.client_ip), quote(r.method), quote(r.target), r.status,
+        r.bytes_in, r.bytes_out, r.upstream_ms, r.total_ms, quote(r.request_id), quote(r.route));
+  } else {
+    logger_->info("{:%Y-%m-%dT%H:%M:%S}Z {} \"{} {}\" {} {} {} {:.3f} {:.3f} {} {}",
+                  std::chrono::floor<std::chrono::seconds>(now), r.client_ip, r.method, r.target, r.status, r.bytes_in,
+                  r.bytes_out, r.upstream_ms, r.total_ms, r.request_id, r.route.empty() ? "-" : r.route);
+  }
+}
+
+}  // namespace fg::obs

@@ -1,0 +1,40 @@
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "config/config.hpp"
+
+namespace spdlog { class logger; }
+
+namespace fg::obs {
+
+struct access_record {
+  std::string_view client_ip;
+  std::string_view method;
+  std::string_view target;
+  unsigned status = 0;
+  std::uint64_t bytes_in = 0;   // request body bytes received
+  std::uint64_t bytes_out = 0;  // response body bytes sent
+  double upstream_ms = -1;      // -1: no upstream involved
+  double total_ms = 0;
+  std::string_view request_id;
+  std::string_view route;
+};
+
+// One line per request, text or JSON, written by spdlog's async logger off the
+// request path. Thread-safe; `off` makes write() a no-op.
+class access_log {
+ public:
+  static std::shared_ptr<access_log> open(const config::log_config& cfg);
+  bool enabled() const { return logger_ != nullptr; }
+  void write(const access_record& r) const;
+  ~access_log();
+
+ private:
+  std::shared_ptr<spdlog::logger> logger_;
+  bool json_ = false;
+};
+
+}  // namespace fg::obs

@@ -1,0 +1,105 @@
+#include "routing/route_table.hpp"
+
+#include <boost/url/parse.hpp>
+#include <boost/url/url.hpp>
+
+#include <algorithm>
+
+namespace fg::routing {
+
+std::string normalize_host(std::string_view host) {
+  std::string out;
+  if (!host.empty() && host.front() == '[') {
+    auto close = host.find(']');
+    host = host.substr(0, close == std::string_view::npos ? host.size() : close + 1);
+  } else if (auto colon = host.rfind(':'); colon != std::string_view::npos) {
+    host = host.substr(0, colon);
+  }
+  if (!host.empty() && host.back() == '.') host.remove_suffix(1);
+  out.reserve(host.size());
+  for (char c : host) out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+route_table::route_table(const std::vector<config::route_config>& routes) {
+  for (const auto& r : routes) {
+    entry e;
+    e.host = normalize_host(r.match.host);
+    e.methods = r.match.methods;
+    e.prefix = r.match.path.empty();
+    e.path = e.prefix ? r.match.path_prefix : r.match.path;
+    entries_.push_back(std::move(e));
+  }
+}
+
+int route_table::match(std::string_view host, std::string_view method, std::string_view path) const {
+  std::string h;
+  bool host_done = false;
+  for (std::size_t i = 0; i < entries_.size(); ++i) {
+    const auto& e = entries_[i];
+    if (!e.host.empty()) {
+      if (!host_done) h = normalize_host(host), host_done = true;
+      if (h != e.host) continue;
+    }
+    if (!e.methods.empty() && std::find(e.methods.begin(), e.methods.end(), method) == e.methods.end()) continue;
+    if (e.prefix ? !path.starts_with(e.path) : path != e.path) continue;
+    return static_cast<int>(i);
+  }
+  return -1;
+}
+
+namespace {
+
+bool needs_normalizing(std::string_view path) {
+  if (path.find('%') != std::string_view::npos) return true;
+  if (path.find("//") != std::string_view::npos) return true;
+  // "/." starts a dot segment ("/./", "/../", or at the end)
+  for (auto pos = path.find("/."); pos != std::string_view::npos; pos = path.find("/.", pos + 1)) {
+    auto rest = path.substr(pos + 2);
+    if (rest.empty() || rest.front() == '/' || (rest.front() == '.' && (rest.size() == 1 || rest[1] == '/')))
+      return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool normalize_target_path(std::string_view target, std::string& out) {
+  if (target.empty()) return false;
+  std::string_view path;
+  if (target.front() == '/') {
+    auto q = target.find_first_of("?#");
+    path = target.substr(0, q);
+    // Fast path: plain paths are the common case and need no parsing beyond a scan.
+    bool plain = std::all_of(path.begin(), path.end(), [](char c) {
+      return static_cast<unsigned char>(c) > 0x20 && static_cast<unsigned char>(c) < 0x7f && c != '\\';
+    });
+    if (!plain) return false;
+    if (!needs_normalizing(path)) {
+      out.assign(path);
+      return true;
+    }
+    auto r = boost::urls::parse_origin_form(target);
+    if (!r) return false;
+    boost::urls::url u(*r);
+    u.normalize_path();
+    out.assign(u.encoded_path().data(), u.encoded_path().size());
+  } else {
+    auto r = boost::urls::parse_absolute_uri(target);
+    if (!r || (r->scheme() != "http" && r->scheme() != "https")) return false;
+    boost::urls::url u(*r);
+    u.normalize_path();
+    out.assign(u.encoded_path().data(), u.encoded_path().size());
+    if (out.empty()) out = "/";
+  }
+  // Merge repeated slashes: "//admin" must not slip past a "/admin" limit.
+  std::string merged;
+  merged.reserve(out.size());
+  for (char c : out)
+    if (!(c == '/' && !merged.empty() && merged.back() == '/')) merged += c;
+  out.swap(merged);
+  if (out.empty() || out.front() != '/') out.insert(out.begin(), '/');
+  return true;
+}
+
+}  // namespace fg::routing

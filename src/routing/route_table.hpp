@@ -1,0 +1,38 @@
+#pragma once
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/config.hpp"
+
+namespace fg::routing {
+
+// Host (optional), method set, exact path or path prefix; first match in file order.
+class route_table {
+ public:
+  route_table() = default;
+  explicit route_table(const std::vector<config::route_config>& routes);
+
+  // `host`: the Host header as sent (port and case are ignored); `path`: the
+  // request path without the query, already normalized. Returns the index or -1.
+  int match(std::string_view host, std::string_view method, std::string_view path) const;
+
+ private:
+  struct entry {
+    std::string host;
+    std::vector<std::string> methods;
+    std::string path;
+    bool prefix = false;
+  };
+  std::vector<entry> entries_;
+};
+
+// Host header without port, lower-cased, trailing dot removed ("API.Example.com.:8080" -> "api.example.com").
+std::string normalize_host(std::string_view host);
+
+// Path from a request target for matching: query dropped, dot segments removed,
+// percent-encoded unreserved characters decoded, repeated slashes merged.
+// Returns false when the target is not a valid origin-form (or absolute-form) target.
+bool normalize_target_path(std::string_view target, std::string& path_out);
+
+}  // namespace fg::routing

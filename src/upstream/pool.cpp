@@ -1,0 +1,109 @@
+#include "upstream/pool.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <spdlog/spdlog.h>
+
+#include <sys/socket.h>
+
+namespace fg::upstream {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+
+void pool::configure(const std::vector<config::upstream_config>& upstreams) {
+  std::vector<slot> next(upstreams.size());
+  for (std::size_t i = 0; i < upstreams.size(); ++i) {
+    next[i].cfg = upstreams[i];
+    for (auto& old : slots_) {
+      if (old.cfg.name == upstreams[i].name && old.cfg.address.str() == upstreams[i].address.str()) {
+        next[i].idle = std::move(old.idle);
+        next[i].endpoints = std::move(old.endpoints);
+        next[i].resolved_at = old.resolved_at;
+      }
+    }
+    if (next[i].idle.size() > next[i].cfg.max_idle) next[i].idle.resize(next[i].cfg.max_idle);
+  }
+  slots_ = std::move(next);
+}
+
+namespace {
+
+// A pooled connection is dead if the peer closed it or sent unsolicited bytes.
+bool still_usable(connection& c) {
+  if (c.buffer.size() != 0) return false;
+  char probe;
+  auto fd = c.stream.socket().native_handle();
+  auto n = ::recv(fd, &probe, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+}  // namespace
+
+asio::awaitable<connection_ptr> pool::acquire(std::size_t upstream, boost::system::error_code& ec) {
+  auto& s = slots_.at(upstream);
+  while (!s.idle.empty()) {
+    auto c = std::move(s.idle.back());
+    s.idle.pop_back();
+    if (still_usable(*c)) {
+      c->reused = true;
+      ec = {};
+      co_return c;
+    }
+  }
+  co_return co_await connect(upstream, ec);
+}
+
+asio::awaitable<connection_ptr> pool::connect(std::size_t upstream, boost::system::error_code& ec) {
+  auto& s = slots_.at(upstream);
+  auto cfg = s.cfg;  // slot may move during the awaits below (reload)
+  auto now = std::chrono::steady_clock::now();
+  if (s.endpoints.empty() || now - s.resolved_at > std::chrono::seconds(30)) {
+    tcp::resolver resolver(ex_);
+    auto port = std::to_string(cfg.address.port);
+    auto [rec, results] = co_await resolver.async_resolve(cfg.address.host, port, tcp::resolver::numeric_service, use_tuple);
+    if (rec) {
+      ec = rec;
+      co_return nullptr;
+    }
+    std::vector<tcp::endpoint> eps;
+    for (const auto& r : results) eps.push_back(r.endpoint());
+    if (upstream < slots_.size() && slots_[upstream].cfg.name == cfg.name) {
+      slots_[upstream].endpoints = eps;
+      slots_[upstream].resolved_at = now;
+    }
+  }
+  auto eps = slots_.at(upstream).endpoints;
+  auto c = std::make_unique<connection>(ex_);
+  c->stream.expires_after(cfg.connect_timeout);
+  auto [cec, ep] = co_await c->stream.async_connect(eps, use_tuple);
+  if (cec) {
+    ec = cec;
+    // Resolve again next time: the address may have moved.
+    if (upstream < slots_.size()) slots_[upstream].resolved_at = {};
+    co_return nullptr;
+  }
+  c->stream.socket().set_option(tcp::no_delay(true), cec);
+  ec = {};
+  co_return c;
+}
+
+void pool::release(std::size_t upstream, connection_ptr c) {
+  if (upstream >= slots_.size()) return;
+  auto& s = slots_[upstream];
+  if (s.idle.size() >= s.cfg.max_idle) return;
+  c->stream.expires_never();
+  s.idle.push_back(std::move(c));
+}
+
+void pool::close_idle() {
+  for (auto& s : slots_) s.idle.clear();
+}
+
+std::size_t pool::idle_count(std::size_t upstream) const {
+  return upstream < slots_.size() ? slots_[upstream].idle.size() : 0;
+}
+
+}  // namespace fg::upstream

@@ -1,0 +1,55 @@
+#pragma once
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "config/config.hpp"
+
+namespace fg::upstream {
+
+// One connection to an upstream, with the read buffer that belongs to it.
+struct connection {
+  explicit connection(boost::asio::any_io_executor ex) : stream(std::move(ex)) {}
+  boost::beast::tcp_stream stream;
+  boost::beast::flat_buffer buffer{64 * 1024};
+  bool reused = false;  // came from the idle pool (may have been closed by the peer)
+};
+using connection_ptr = std::unique_ptr<connection>;
+
+// Per-worker pools of keep-alive connections, one per upstream. Not thread-safe:
+// it belongs to one worker's event loop.
+class pool {
+ public:
+  explicit pool(boost::asio::any_io_executor ex) : ex_(std::move(ex)) {}
+
+  // Replaces the upstream set (on start and reload); idle connections to changed
+  // upstreams are dropped.
+  void configure(const std::vector<config::upstream_config>& upstreams);
+
+  // An idle connection if one is alive, else a new one. On failure returns null and sets ec.
+  boost::asio::awaitable<connection_ptr> acquire(std::size_t upstream, boost::system::error_code& ec);
+  // A fresh connection, never from the idle list.
+  boost::asio::awaitable<connection_ptr> connect(std::size_t upstream, boost::system::error_code& ec);
+  // Return a connection whose last exchange completed cleanly.
+  void release(std::size_t upstream, connection_ptr c);
+
+  void close_idle();
+  std::size_t idle_count(std::size_t upstream) const;
+
+ private:
+  struct slot {
+    config::upstream_config cfg;
+    std::vector<connection_ptr> idle;
+    std::vector<boost::asio::ip::tcp::endpoint> endpoints;
+    std::chrono::steady_clock::time_point resolved_at{};
+  };
+  boost::asio::any_io_executor ex_;
+  std::vector<slot> slots_;
+};
+
+}  // namespace fg::upstream
