@@ -19,17 +19,21 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 
 worker::worker(unsigned id, std::shared_ptr<const runtime> rt, std::shared_ptr<obs::access_log> access)
-    : pool_(ioc_.get_executor()) {
+    : ioc_(std::make_unique<asio::io_context>(1)), pool_(std::make_unique<upstream::pool>(ioc_->get_executor())) {
   ctx_.id = id;
   ctx_.rt = std::move(rt);
-  ctx_.pool = &pool_;
+  ctx_.pool = pool_.get();
   ctx_.access = std::move(access);
-  pool_.configure(ctx_.rt->cfg->upstreams);
+  pool_->configure(ctx_.rt->cfg->upstreams);
 }
 
 worker::~worker() {
   stop();
   join();
+  // Sockets first, then the io_context (which destroys suspended sessions), then the rest.
+  acceptor_.reset();
+  pool_->close_idle();
+  ioc_.reset();
 }
 
 void worker::start(int listen_fd) {
@@ -43,12 +47,12 @@ void worker::start(int listen_fd) {
     ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
     ep = ss.ss_family == AF_INET6 ? tcp::endpoint(tcp::v6(), 0) : tcp::endpoint(tcp::v4(), 0);
   }
-  acceptor_ = std::make_unique<tcp::acceptor>(ioc_, ep.protocol(), fd);
-  asio::co_spawn(ioc_, accept_loop(), asio::detached);
+  acceptor_ = std::make_unique<tcp::acceptor>(*ioc_, ep.protocol(), fd);
+  asio::co_spawn(*ioc_, accept_loop(), asio::detached);
   thread_ = std::thread([this] {
     for (;;) {
       try {
-        ioc_.run();
+        ioc_->run();
         break;
       } catch (const std::exception& e) {
         spdlog::error("worker {}: {}", ctx_.id, e.what());
@@ -64,12 +68,12 @@ asio::awaitable<void> worker::accept_loop() {
       if (ec == asio::error::operation_aborted || !acceptor_->is_open()) co_return;
       // Out of descriptors or similar: back off instead of spinning.
       spdlog::warn("worker {}: accept failed: {}", ctx_.id, ec.message());
-      asio::steady_timer t(ioc_, std::chrono::milliseconds(100));
+      asio::steady_timer t(*ioc_, std::chrono::milliseconds(100));
       co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
       continue;
     }
     if (ctx_.draining) continue;
-    asio::co_spawn(ioc_, http::run_session(ctx_, std::move(socket)), [](std::exception_ptr e) {
+    asio::co_spawn(*ioc_, http::run_session(ctx_, std::move(socket)), [](std::exception_ptr e) {
       if (!e) return;
       try {
         std::rethrow_exception(e);
@@ -81,25 +85,25 @@ asio::awaitable<void> worker::accept_loop() {
 }
 
 void worker::drain() {
-  asio::post(ioc_, [this] {
+  asio::post(*ioc_, [this] {
     ctx_.draining = true;
     boost::system::error_code ec;
     if (acceptor_) acceptor_->close(ec);
-    pool_.close_idle();
+    pool_->close_idle();
     for (auto& s : ctx_.sessions)
       if (s.idle) s.socket->cancel(ec);
   });
 }
 
-void worker::stop() { ioc_.stop(); }
+void worker::stop() { ioc_->stop(); }
 
 void worker::join() {
   if (thread_.joinable()) thread_.join();
 }
 
 void worker::update(std::shared_ptr<const runtime> rt) {
-  asio::post(ioc_, [this, rt = std::move(rt)]() mutable {
-    pool_.configure(rt->cfg->upstreams);
+  asio::post(*ioc_, [this, rt = std::move(rt)]() mutable {
+    pool_->configure(rt->cfg->upstreams);
     ctx_.rt = std::move(rt);
   });
 }

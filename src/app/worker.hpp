@@ -30,10 +30,12 @@ class worker {
  private:
   boost::asio::awaitable<void> accept_loop();
 
-  boost::asio::io_context ioc_{1};
-  std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;
-  upstream::pool pool_;
+  // Sessions unregister from ctx_ when the io_context destroys their frames, so ctx_
+  // is declared first and the io_context is torn down explicitly in the destructor.
   worker_context ctx_;
+  std::unique_ptr<boost::asio::io_context> ioc_;
+  std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;
+  std::unique_ptr<upstream::pool> pool_;
   std::thread thread_;
 };
 

@@ -152,8 +152,14 @@ class loader {
       upstream_config u;
       u.name = it->first.Scalar();
       if (!is_name(u.name)) r_.error(it->first, "invalid upstream name '" + u.name + "' (letters, digits, - _ .)");
+      else if (std::any_of(c.upstreams.begin(), c.upstreams.end(), [&](auto& x) { return x.name == u.name; }))
+        r_.error(it->first, "duplicate upstream name '" + u.name + "'");
       yaml_reader::object o(r_, it->second, "upstream '" + u.name + "'");
-      if (!o.ok()) continue;
+      if (!present(it->second)) r_.error(it->first, "upstream '" + u.name + "' needs an address");
+      if (!o.ok()) {
+        c.upstreams.push_back(std::move(u));  // keep the name known: routes using it get no second error
+        continue;
+      }
       auto addr = o.get("address");
       if (present(addr)) set(u.address, r_.parsed<endpoint>(addr, parse_endpoint, "upstream address (want host:port)"));
       else r_.error(it->first, "upstream '" + u.name + "' needs an address");
@@ -171,8 +177,12 @@ class loader {
     }
     if (node.size() == 0) r_.error(node, "routes must not be empty");
     std::set<std::string> names;
+    std::size_t index = 0;
     for (const auto& rn : node) {
       route_config rc;
+      ++index;
+      // yaml-cpp marks an empty item at the token after it, so point at the list instead.
+      if (!present(rn)) r_.error(node, "route #" + std::to_string(index) + " is empty (a route must be a mapping)");
       yaml_reader::object o(r_, rn, "a route");
       if (!o.ok()) continue;
       auto name = o.get("name");
@@ -188,9 +198,12 @@ class loader {
       else r_.error(rn, "route '" + rc.name + "' needs a match");
       auto up = o.get("upstream");
       if (present(up)) {
-        set(rc.upstream, r_.string(up));
+        auto name_s = r_.string(up);
+        set(rc.upstream, name_s);
         auto found = std::find_if(c.upstreams.begin(), c.upstreams.end(), [&](auto& u) { return u.name == rc.upstream; });
-        if (found == c.upstreams.end()) {
+        if (!name_s) {
+          // already reported
+        } else if (found == c.upstreams.end()) {
           std::vector<std::string> all;
           for (const auto& u : c.upstreams) all.push_back(u.name);
           std::string msg = "unknown upstream '" + rc.upstream + "'";
@@ -217,12 +230,13 @@ class loader {
     if (!o.ok()) return;
     auto path = o.get("path");
     auto prefix = o.get("path_prefix");
-    if (present(path)) set(m.path, r_.string(path));
-    if (present(prefix)) set(m.path_prefix, r_.string(prefix));
+    std::optional<std::string> path_s, prefix_s;
+    if (present(path)) set(m.path, path_s = r_.string(path));
+    if (present(prefix)) set(m.path_prefix, prefix_s = r_.string(prefix));
     if (present(path) && present(prefix)) r_.error(prefix, "match takes path or path_prefix, not both");
     else if (!present(path) && !present(prefix)) r_.error(node, "match needs path or path_prefix");
-    for (auto [n, v] : {std::pair{path, &m.path}, std::pair{prefix, &m.path_prefix}})
-      if (present(n) && (v->empty() || v->front() != '/')) r_.error(n, "path must start with '/'");
+    for (auto [n, v] : {std::pair{path, &path_s}, std::pair{prefix, &prefix_s}})
+      if (*v && (v->value().empty() || v->value().front() != '/')) r_.error(n, "path must start with '/'");
     if (auto n = o.get("methods"); present(n)) {
       for (const auto& item : r_.list(n, true)) {
         auto s = r_.string(item);
@@ -279,8 +293,11 @@ class loader {
       return;
     }
     std::set<std::string> names;
+    std::size_t index = 0;
     for (const auto& ln : node) {
       limit_config l;
+      ++index;
+      if (!present(ln)) r_.error(node, "limit #" + std::to_string(index) + " is empty (a limit must be a mapping)");
       yaml_reader::object o(r_, ln, "a limit");
       if (!o.ok()) continue;
       auto name = o.get("name");

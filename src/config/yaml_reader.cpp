@@ -12,28 +12,33 @@ std::string diagnostic::str() const {
 
 namespace {
 
+// Case-insensitive edit distance where swapping two adjacent letters counts as one edit
+// (optimal string alignment), so "levle" is one edit from "level".
 std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  auto eq = [](char x, char y) {
+    return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+  };
+  std::vector<std::size_t> prev2(b.size() + 1), prev(b.size() + 1), row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
   for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diag = row[0];
     row[0] = i;
     for (std::size_t j = 1; j <= b.size(); ++j) {
-      std::size_t up = row[j];
-      bool same = std::tolower(static_cast<unsigned char>(a[i - 1])) ==
-                  std::tolower(static_cast<unsigned char>(b[j - 1]));
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (same ? 0 : 1)});
-      diag = up;
+      row[j] = std::min({prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (eq(a[i - 1], b[j - 1]) ? 0 : 1)});
+      if (i > 1 && j > 1 && eq(a[i - 1], b[j - 2]) && eq(a[i - 2], b[j - 1]))
+        row[j] = std::min(row[j], prev2[j - 2] + 1);
     }
+    std::swap(prev2, prev);
+    std::swap(prev, row);
   }
-  return row[b.size()];
+  return prev[b.size()];
 }
 
 }  // namespace
 
 std::optional<std::string> did_you_mean(std::string_view word, const std::vector<std::string>& candidates) {
   std::optional<std::string> best;
-  std::size_t best_d = std::max<std::size_t>(2, word.size() / 3) + 1;
+  // One edit per three letters (at least one): "foo" is not a typo of "log".
+  std::size_t best_d = std::max<std::size_t>(1, word.size() / 3) + 1;
   for (const auto& c : candidates) {
     auto d = edit_distance(word, c);
     if (d < best_d) best_d = d, best = c;
@@ -128,7 +133,9 @@ void yaml_reader::object::finish() {
 
 std::optional<std::string> yaml_reader::string(const YAML::Node& n) {
   if (!n.IsScalar()) {
-    error(n, "expected a string");
+    error(n, n.IsSequence() ? "expected a single value, got a list"
+             : n.IsMap()    ? "expected a single value, got a mapping"
+                            : "expected a value");
     return std::nullopt;
   }
   std::string out;

@@ -62,7 +62,12 @@ class yaml_reader {
     auto s = string(n);
     if (!s) return std::nullopt;
     auto v = parse(*s);
-    if (!v) error(n, "invalid " + std::string(hint) + " '" + *s + "'");
+    if (!v) {
+      // hint is "what (want ...)": the value goes between the two parts.
+      auto paren = hint.find(" (");
+      error(n, "invalid " + std::string(hint.substr(0, paren)) + " '" + *s + "'" +
+                   std::string(paren == std::string_view::npos ? "" : hint.substr(paren)));
+    }
     return v;
   }
   // A sequence, or (when `scalar_ok`) a single scalar treated as a one-item list.

@@ -1,6 +1,7 @@
 #include "http/session.hpp"
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -91,10 +92,47 @@ asio::awaitable<error_code> read_body_piece(beast::tcp_stream& s, beast::flat_bu
   }
 }
 
+// A deadline for reads of the request head. Beast's tcp_stream closes the socket on
+// timeout, which leaves no way to answer 408; this one only cancels the read.
+class head_deadline {
+ public:
+  head_deadline(asio::any_io_executor ex, tcp::socket& socket)
+      : timer_(std::move(ex)), state_(std::make_shared<state>()) {
+    state_->socket = &socket;
+  }
+  ~head_deadline() { state_->socket = nullptr; }
+  void arm(clock::time_point when) {
+    state_->fired = false;
+    auto gen = ++state_->gen;
+    timer_.expires_at(when);
+    timer_.async_wait([st = state_, gen](error_code ec) {
+      if (ec || !st->socket || st->gen != gen) return;
+      st->fired = true;
+      error_code ignored;
+      st->socket->cancel(ignored);
+    });
+  }
+  void disarm() {
+    ++state_->gen;
+    timer_.cancel();
+  }
+  bool fired() const { return state_->fired; }
+
+ private:
+  struct state {
+    tcp::socket* socket = nullptr;
+    bool fired = false;
+    std::uint64_t gen = 0;
+  };
+  asio::steady_timer timer_;
+  std::shared_ptr<state> state_;
+};
+
 class session {
  public:
   session(app::worker_context& ctx, tcp::socket socket)
-      : ctx_(ctx), stream_(std::move(socket)), buffer_(64 * 1024) {
+      : ctx_(ctx), stream_(std::move(socket)), buffer_(64 * 1024),
+        deadline_(stream_.get_executor(), stream_.socket()) {
     error_code ec;
     auto ep = stream_.socket().remote_endpoint(ec);
     if (!ec) peer_ = net::normalize(ep.address());
@@ -124,6 +162,7 @@ class session {
   app::worker_context& ctx_;
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
+  head_deadline deadline_;
   net::address peer_;
   std::string peer_str_;
   std::list<app::session_entry>::iterator entry_;
@@ -171,11 +210,11 @@ asio::awaitable<session::outcome> session::read_head(bool first) {
       entry_->idle = true;
       if (ctx_.draining) co_return outcome::close;
     }
-    if (deadline == clock::time_point::max()) stream_.expires_after(http.idle_timeout);
-    else stream_.expires_at(deadline);
+    deadline_.arm(deadline == clock::time_point::max() ? clock::now() + http.idle_timeout : deadline);
     auto space = std::min<std::size_t>(buffer_.max_size() - buffer_.size(), 16384);
-    auto [ec, n] = co_await stream_.async_read_some(buffer_.prepare(space), use_tuple);
-    if (ec == beast::error::timeout) {
+    auto [ec, n] = co_await stream_.socket().async_read_some(buffer_.prepare(space), use_tuple);
+    deadline_.disarm();
+    if (ec && deadline_.fired()) {
       // An idle keep-alive connection just closes; a slow or silent request head gets 408.
       if (buffer_.size() == 0 && !first) co_return outcome::close;
       co_return co_await send_local(408, false);
@@ -311,7 +350,7 @@ asio::awaitable<session::outcome> session::handle() {
     co_return co_await send_local(413, false);
 
   route_ = rt_->routes.match(req[bhttp::field::host], req.method_string(), path_);
-  if (route_ < 0) co_return co_await send_local(404, req.keep_alive() && !has_body, "{\"error\":\"no route\"}\n");
+  if (route_ < 0) co_return co_await send_local(404, parser_->keep_alive() && !has_body, "{\"error\":\"no route\"}\n");
 
   // Identity: the peer unless it is a trusted proxy (then its forwarding headers).
   if (rt_->client_ip.is_trusted(peer_)) {
@@ -475,7 +514,7 @@ asio::awaitable<session::outcome> session::forward() {
 
   response_context rc;
   rc.client_version = req.version();
-  rc.keep_alive = req.keep_alive() && !ctx_.draining;
+  rc.keep_alive = parser_->keep_alive() && !ctx_.draining;
   bool body_expected = !(req.method() == bhttp::verb::head || status == 204 || status == 304 || status == 101);
   bool up_close_delimited = false;
   if (!body_expected) {

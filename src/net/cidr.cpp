@@ -14,6 +14,9 @@ std::string_view trim(std::string_view s) {
 std::optional<address> parse_plain(std::string_view s) {
   // make_address wants a NUL-terminated string; addresses are short.
   if (s.empty() || s.size() > 64) return std::nullopt;
+  // Zone ids ("fe80::1%eth0") are local to the sender: not an identity. Reject them
+  // textually: make_address turns an unknown zone name into scope id 0 and accepts it.
+  if (s.find('%') != std::string_view::npos) return std::nullopt;
   char buf[65];
   s.copy(buf, s.size());
   buf[s.size()] = '\0';

@@ -19,13 +19,15 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-// Splits on commas outside quoted strings.
+// Splits on commas outside quoted strings (with `quotes`; X-Forwarded-For has no
+// quoted-string syntax, and honouring quotes there would let a client's unbalanced
+// '"' swallow the entry its proxy appended).
 template <class F>
-void split_list(std::string_view v, F&& each) {
+void split_list(std::string_view v, F&& each, bool quotes = true) {
   std::size_t start = 0;
   bool quoted = false;
   for (std::size_t i = 0; i <= v.size(); ++i) {
-    if (i < v.size() && v[i] == '"') quoted = !quoted;
+    if (quotes && i < v.size() && v[i] == '"') quoted = !quoted;
     if (i < v.size() && v[i] == '\\' && quoted) {
       ++i;
       continue;
@@ -84,7 +86,7 @@ std::optional<address> client_ip_resolver::from_list(std::span<const header_fiel
   std::vector<std::string_view> hops;
   for (const auto& f : fields) {
     if (!iequals(f.name, name)) continue;
-    if (k == kind::xff) split_list(f.value, [&](std::string_view v) { hops.push_back(v); });
+    if (k == kind::xff) split_list(f.value, [&](std::string_view v) { hops.push_back(v); }, false);
     else forwarded_for_values(f.value, hops);
   }
   // Right to left: skip our own proxies; the first untrusted hop is the client. A hop

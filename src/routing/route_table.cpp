@@ -62,14 +62,44 @@ bool needs_normalizing(std::string_view path) {
   return false;
 }
 
+void merge_slashes(std::string& p) {
+  std::string merged;
+  merged.reserve(p.size());
+  for (char c : p)
+    if (!(c == '/' && !merged.empty() && merged.back() == '/')) merged += c;
+  p.swap(merged);
+}
+
+// Before dot segments are removed: decode "%2E"/"%2F" (normalize_path decodes them anyway)
+// and merge repeated slashes, so "/x//../admin" and "/x/%2F../admin" both give "/admin",
+// as in servers that merge slashes (nginx, Apache, Go's path.Clean), not "/x/admin".
+std::string prepare_path(std::string_view p) {
+  std::string out;
+  out.reserve(p.size());
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    if (p[i] == '%' && i + 2 < p.size() && p[i + 1] == '2') {
+      char c = static_cast<char>(std::toupper(static_cast<unsigned char>(p[i + 2])));
+      if (c == 'E' || c == 'F') {
+        out += c == 'E' ? '.' : '/';
+        i += 2;
+        continue;
+      }
+    }
+    out += p[i];
+  }
+  merge_slashes(out);
+  if (out.empty() || out.front() != '/') out.insert(out.begin(), '/');
+  return out;
+}
+
 }  // namespace
 
 bool normalize_target_path(std::string_view target, std::string& out) {
   if (target.empty()) return false;
-  std::string_view path;
+  std::string prepared;
   if (target.front() == '/') {
     auto q = target.find_first_of("?#");
-    path = target.substr(0, q);
+    std::string_view path = target.substr(0, q);
     // Fast path: plain paths are the common case and need no parsing beyond a scan.
     bool plain = std::all_of(path.begin(), path.end(), [](char c) {
       return static_cast<unsigned char>(c) > 0x20 && static_cast<unsigned char>(c) < 0x7f && c != '\\';
@@ -79,25 +109,23 @@ bool normalize_target_path(std::string_view target, std::string& out) {
       out.assign(path);
       return true;
     }
-    auto r = boost::urls::parse_origin_form(target);
-    if (!r) return false;
-    boost::urls::url u(*r);
-    u.normalize_path();
-    out.assign(u.encoded_path().data(), u.encoded_path().size());
+    if (!boost::urls::parse_origin_form(target)) return false;
+    prepared = prepare_path(path);
   } else {
     auto r = boost::urls::parse_absolute_uri(target);
     if (!r || (r->scheme() != "http" && r->scheme() != "https")) return false;
-    boost::urls::url u(*r);
-    u.normalize_path();
-    out.assign(u.encoded_path().data(), u.encoded_path().size());
-    if (out.empty()) out = "/";
+    prepared = prepare_path(r->encoded_path());
   }
+  auto r = boost::urls::parse_origin_form(prepared);
+  if (!r) return false;
+  boost::urls::url u(*r);
+  u.normalize_path();
+  out.assign(u.encoded_path().data(), u.encoded_path().size());
   // Merge repeated slashes: "//admin" must not slip past a "/admin" limit.
-  std::string merged;
-  merged.reserve(out.size());
-  for (char c : out)
-    if (!(c == '/' && !merged.empty() && merged.back() == '/')) merged += c;
-  out.swap(merged);
+  merge_slashes(out);
+  // Boost.URL keeps ".." segments that climb above the root ("/../admin" stays as is,
+  // RFC 3986 errata 4547); for an absolute path RFC 3986 §5.2.4 drops them.
+  while (out.starts_with("/..") && (out.size() == 3 || out[3] == '/')) out.erase(0, 3);
   if (out.empty() || out.front() != '/') out.insert(out.begin(), '/');
   return true;
 }

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Configures (once) and builds. Usage: scripts/build.sh [release|asan] [targets...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+kind="${1:-release}"; shift || true
+case "$kind" in
+  release) dir=build; flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo) ;;
+  asan) dir=build-asan; flags=(-DCMAKE_BUILD_TYPE=Debug -DFG_SANITIZE=ON) ;;
+  *) echo "usage: $0 release|asan [targets...]" >&2; exit 2 ;;
+esac
+if [ ! -f "$dir/build.ninja" ]; then
+  cmake -S . -B "$dir" -G Ninja "${flags[@]}" >/dev/null
+fi
+jobs="${FG_JOBS:-$(nproc)}"
+ninja -C "$dir" -j"$jobs" "$@"

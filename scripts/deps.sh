@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages floodgate needs, only those missing.
+# Usage: scripts/deps.sh build|test|bench
+set -euo pipefail
+build_pkgs=(g++ cmake ninja-build pkg-config ccache libboost1.81-dev libboost-system1.81-dev
+            libboost-program-options1.81-dev libyaml-cpp-dev libspdlog-dev libhiredis-dev catch2 curl)
+test_pkgs=(redis-server python3 python3-pytest)
+bench_pkgs=(nginx-light wrk util-linux procps)
+
+want=("${build_pkgs[@]}")
+case "${1:-build}" in
+  build) ;;
+  test) want+=("${test_pkgs[@]}") ;;
+  bench) want+=("${test_pkgs[@]}" "${bench_pkgs[@]}") ;;
+  *) echo "usage: $0 build|test|bench" >&2; exit 2 ;;
+esac
+
+missing=()
+for p in "${want[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "installing: ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# The packaged redis-server starts a system instance; tests run their own.
+if printf '%s\n' "${missing[@]}" | grep -qx redis-server; then
+  (systemctl disable --now redis-server 2>/dev/null || service redis-server stop 2>/dev/null || true) >/dev/null
+fi

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds (release and ASan+UBSan), runs every test:
+# unit tests and integration tests (the real binary against real upstreams and
+# redis-server processes that the tests start on free ports).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/deps.sh test
+export FG_JOBS="${FG_JOBS:-$(nproc)}"
+
+echo "== release build"
+scripts/build.sh release
+echo "== release: unit + integration tests"
+ctest --test-dir build --output-on-failure -j1
+
+echo "== sanitizer build (address,undefined)"
+scripts/build.sh asan
+echo "== sanitizer: unit + integration tests"
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+FG_SANITIZED=1 ctest --test-dir build-asan --output-on-failure -j1

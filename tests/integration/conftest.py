@@ -1,0 +1,273 @@
+"""Fixtures for integration tests: the real floodgate binary, a real upstream process."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+BIN = os.environ.get("FLOODGATE_BIN", str(ROOT / "build" / "src" / "floodgate"))
+SANITIZED = os.environ.get("FG_SANITIZED") == "1"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port, deadline_s=15.0, proc=None):
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.02)
+    raise TimeoutError(f"port {port} not listening after {deadline_s}s")
+
+
+class Upstream:
+    def __init__(self):
+        self.proc = subprocess.Popen([sys.executable, str(HERE / "upstream.py")], stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline().split()
+        assert line and line[0] == "PORT", line
+        self.port, self.control = int(line[1]), int(line[2])
+        self.address = f"127.0.0.1:{self.port}"
+
+    def _control(self, path):
+        with socket.create_connection(("127.0.0.1", self.control), timeout=5) as s:
+            s.sendall(f"GET {path} HTTP/1.1\r\nHost: c\r\nConnection: close\r\n\r\n".encode())
+            r = read_response(s)
+            return json.loads(r.body)
+
+    def stats(self):
+        return self._control("/__stats")
+
+    def reset(self):
+        self._control("/__reset")
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def upstream():
+    u = Upstream()
+    yield u
+    u.stop()
+
+
+DEFAULT_HTTP = {"header_timeout": "2s", "idle_timeout": "5s"}
+
+
+class Gateway:
+    def __init__(self, tmp_path, upstream_address, http=None, extra="", routes=None, workers=1,
+                 upstream_opts=None, access_log="off"):
+        self.port = free_port()
+        h = dict(DEFAULT_HTTP)
+        h.update(http or {})
+        http_yaml = "\n".join(f"  {k}: {v}" for k, v in h.items())
+        up = {"address": f'"{upstream_address}"', "connect_timeout": "1s", "response_timeout": "2s", "max_idle": 16}
+        up.update(upstream_opts or {})
+        up_yaml = "\n".join(f"    {k}: {v}" for k, v in up.items())
+        routes = routes or """  - name: all
+    match:
+      path_prefix: /
+    upstream: api
+"""
+        self.access_log = tmp_path / "access.log" if access_log == "file" else None
+        self.config = tmp_path / "floodgate.yaml"
+        self.config.write_text(f"""listen: "127.0.0.1:{self.port}"
+workers: {workers}
+log:
+  level: info
+  access_log: {self.access_log or access_log}
+client_ip:
+  trusted_proxies: ["10.0.0.0/8"]
+http:
+{http_yaml}
+upstreams:
+  api:
+{up_yaml}
+routes:
+{routes}
+{extra}
+""")
+        self.stderr = open(tmp_path / "floodgate.stderr", "w+")
+        self.proc = subprocess.Popen([BIN, "--config", str(self.config)], stdout=self.stderr, stderr=self.stderr)
+        wait_for_port(self.port, proc=self.proc)
+
+    def connect(self, timeout=10):
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return s
+
+    def request(self, raw, timeout=10):
+        with self.connect(timeout) as s:
+            s.sendall(raw)
+            return read_response(s)
+
+    def peak_rss_kib(self):
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+        raise AssertionError("no VmHWM")
+
+    def log_text(self):
+        self.stderr.flush()
+        self.stderr.seek(0)
+        return self.stderr.read()
+
+    def stop(self, sig=signal.SIGTERM, timeout=15):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise
+        return self.proc.returncode
+
+
+@pytest.fixture
+def gateway_factory(tmp_path, upstream):
+    made = []
+
+    def make(**kw):
+        kw.setdefault("upstream_address", upstream.address)
+        sub = tmp_path / f"g{len(made)}"
+        sub.mkdir()
+        g = Gateway(sub, **kw)
+        made.append(g)
+        return g
+
+    yield make
+    for g in made:
+        code = g.stop()
+        # Sanitizer reports end up on stderr and make the exit code non-zero.
+        assert code == 0, g.log_text()
+
+
+@pytest.fixture
+def gateway(gateway_factory):
+    return gateway_factory()
+
+
+class Response:
+    def __init__(self, status, reason, headers, body, version, complete=True):
+        self.status, self.reason, self.headers, self.body, self.version = status, reason, headers, body, version
+        self.complete = complete
+
+    def header(self, name):
+        for k, v in self.headers:
+            if k.lower() == name.lower():
+                return v
+        return None
+
+    def header_all(self, name):
+        return [v for k, v in self.headers if k.lower() == name.lower()]
+
+    def json(self):
+        return json.loads(self.body)
+
+
+class Reader:
+    """Buffered reader over a socket that keeps unread bytes between responses."""
+
+    def __init__(self, sock):
+        self.sock, self.buf = sock, b""
+
+    def fill(self):
+        data = self.sock.recv(1 << 20)
+        if not data:
+            raise EOFError
+        self.buf += data
+
+    def line(self):
+        while b"\r\n" not in self.buf:
+            self.fill()
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def exact(self, n):
+        while len(self.buf) < n:
+            self.fill()
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+
+_readers = {}
+
+
+def read_response(sock, head_request=False, reader=None, skip_informational=True):
+    r = reader or _readers.setdefault(id(sock), Reader(sock))
+    if r.sock is not sock:
+        r = _readers[id(sock)] = Reader(sock)
+    while True:
+        status_line = r.line().decode("latin-1")
+        version, code, *reason = status_line.split(" ", 2)
+        headers = []
+        while True:
+            h = r.line()
+            if not h:
+                break
+            k, v = h.decode("latin-1").split(":", 1)
+            headers.append((k.strip(), v.strip()))
+        resp = Response(int(code), reason[0] if reason else "", headers, b"", version)
+        if not (skip_informational and 100 <= resp.status < 200 and resp.status != 101):
+            break
+    if head_request or resp.status < 200 or resp.status in (204, 304):
+        return resp
+    te = resp.header("transfer-encoding")
+    cl = resp.header("content-length")
+    try:
+        if te and te.lower() == "chunked":
+            parts = []
+            while True:
+                size = int(r.line().split(b";")[0], 16)
+                if size == 0:
+                    while r.line():
+                        pass
+                    break
+                parts.append(r.exact(size))
+                r.exact(2)
+            resp.body = b"".join(parts)
+        elif cl is not None:
+            resp.body = r.exact(int(cl))
+        else:
+            while True:
+                try:
+                    r.fill()
+                except EOFError:
+                    break
+            resp.body, r.buf = r.buf, b""
+    except (EOFError, ConnectionResetError):
+        resp.body, resp.complete = r.buf, False
+        r.buf = b""
+    return resp
+
+
+def is_closed(sock, timeout=3.0):
+    """True when the peer closed the connection (EOF or reset) within timeout."""
+    sock.settimeout(timeout)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+def get(path, host="example.com", extra=""):
+    return f"GET {path} HTTP/1.1\r\nHost: {host}\r\n{extra}\r\n".encode()

@@ -1,0 +1,164 @@
+"""Forwarding behaviour: headers, keep-alive, pipelining, framing both ways."""
+import socket
+
+from conftest import Reader, get, is_closed, read_response
+
+
+def test_forwards_and_rewrites_headers(gateway):
+    r = gateway.request(b"GET /echo?x=1 HTTP/1.1\r\nHost: api.example.com\r\nX-Forwarded-For: 203.0.113.9\r\n"
+                        b"X-Forwarded-Proto: https\r\nConnection: keep-alive, X-Secret\r\nX-Secret: s\r\n"
+                        b"Keep-Alive: timeout=5\r\nTE: trailers\r\nProxy-Authorization: Basic x\r\n"
+                        b"Connection: close\r\n\r\n")
+    assert r.status == 200
+    seen = r.json()
+    names = [k.lower() for k, _ in seen["headers"]]
+    hdr = {k.lower(): v for k, v in seen["headers"]}
+    assert seen["target"] == "/echo?x=1" and seen["version"] == "HTTP/1.1"
+    # hop-by-hop and Connection-named headers never reach the upstream
+    for gone in ("connection", "keep-alive", "te", "proxy-authorization", "x-secret"):
+        assert gone not in names, gone
+    assert hdr["host"] == "api.example.com"
+    # peer 127.0.0.1 is not a trusted proxy: its XFF is kept but the peer is appended,
+    # and its X-Forwarded-Proto is not believed
+    assert hdr["x-forwarded-for"] == "203.0.113.9, 127.0.0.1"
+    assert hdr["x-forwarded-proto"] == "http"
+    assert hdr["x-forwarded-host"] == "api.example.com"
+    assert len(hdr["x-request-id"]) == 32
+    # the response's hop-by-hop headers are removed too, the id is echoed
+    assert r.header("x-upstream") == "yes"
+    assert r.header("x-hop") is None and r.header("keep-alive") is None
+    assert r.header("connection") == "close"
+
+
+def test_request_id_kept_when_present(gateway):
+    r = gateway.request(get("/echo", extra="X-Request-Id: abc-123\r\n"))
+    hdr = {k.lower(): v for k, v in r.json()["headers"]}
+    assert hdr["x-request-id"] == "abc-123"
+
+
+def test_access_log_line(gateway_factory):
+    g = gateway_factory(access_log="file")
+    r = g.request(get("/echo", extra="X-Request-Id: log-me-42\r\n"))
+    assert r.status == 200
+    g.stop()
+    line = g.access_log.read_text().strip().splitlines()[-1]
+    assert "log-me-42" in line and '"GET /echo"' in line and " 200 " in line and "127.0.0.1" in line
+
+
+def test_keep_alive_reuses_one_upstream_connection(gateway, upstream):
+    upstream.reset()
+    with gateway.connect() as s:
+        rd = Reader(s)
+        for i in range(50):
+            s.sendall(get(f"/echo?i={i}"))
+            r = read_response(s, reader=rd)
+            assert r.status == 200
+            assert r.json()["target"] == f"/echo?i={i}"
+    st = upstream.stats()
+    assert st["requests"] == 50
+    assert st["connections"] == 1
+
+
+def test_many_clients_share_pooled_connections(gateway, upstream):
+    upstream.reset()
+    for i in range(20):
+        r = gateway.request(get(f"/echo?c={i}", extra="Connection: close\r\n"))
+        assert r.status == 200
+    assert upstream.stats()["connections"] == 1
+
+
+def test_pipelined_requests_answered_in_order(gateway):
+    with gateway.connect() as s:
+        s.sendall(b"".join(get(f"/echo?n={i}") for i in range(10)) +
+                  b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello" + get("/echo?n=last"))
+        rd = Reader(s)
+        for i in range(10):
+            assert read_response(s, reader=rd).json()["target"] == f"/echo?n={i}"
+        assert read_response(s, reader=rd).json()["length"] == 5
+        assert read_response(s, reader=rd).json()["target"] == "/echo?n=last"
+
+
+def test_no_route_is_404_json(gateway_factory):
+    g = gateway_factory(routes="""  - name: only
+    match:
+      path: /only
+      methods: [GET]
+      host: api.example.com
+    upstream: api
+""")
+    r = g.request(get("/other", host="api.example.com"))
+    assert r.status == 404 and r.header("content-type") == "application/json"
+    assert b"no route" in r.body
+    assert g.request(get("/only", host="API.example.com:8080")).status == 200
+    assert g.request(get("/only", host="other.example.com")).status == 404
+    assert g.request(b"POST /only HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 0\r\n\r\n").status == 404
+    # dot segments and encoded characters cannot dodge a route
+    assert g.request(get("/x/../only", host="api.example.com")).status == 200
+    assert g.request(get("/%6Fnly", host="api.example.com")).status == 200
+
+
+def test_chunked_request_body_is_streamed(gateway):
+    with gateway.connect() as s:
+        s.sendall(b"POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for i in range(20):
+            s.sendall(b"400\r\n" + b"z" * 1024 + b"\r\n")
+        s.sendall(b"0\r\n\r\n")
+        r = read_response(s)
+        assert r.status == 200 and r.json()["length"] == 20 * 1024
+
+
+def test_chunked_response_passes_through(gateway):
+    with gateway.connect() as s:
+        s.sendall(get("/chunked?n=50&size=1000"))
+        r = read_response(s)
+        assert r.status == 200 and r.header("transfer-encoding") == "chunked"
+        assert r.body == b"".join(bytes([97 + i % 26]) * 1000 for i in range(50))
+        # connection still usable afterwards
+        s.sendall(get("/echo"))
+        assert read_response(s).status == 200
+
+
+def test_close_delimited_response_becomes_chunked(gateway):
+    with gateway.connect() as s:
+        s.sendall(get("/close-delimited"))
+        r = read_response(s)
+        assert r.status == 200 and r.header("transfer-encoding") == "chunked"
+        assert r.body == b"y" * 5000 and r.complete
+        s.sendall(get("/echo"))
+        assert read_response(s).status == 200
+
+
+def test_http10_client(gateway):
+    r = gateway.request(b"GET /echo HTTP/1.0\r\n\r\n")
+    assert r.version == "HTTP/1.0" and r.status == 200
+    assert r.json()["version"] == "HTTP/1.1"
+
+
+def test_head_request(gateway):
+    with gateway.connect() as s:
+        s.sendall(b"HEAD /download?bytes=1234 HTTP/1.1\r\nHost: x\r\n\r\n")
+        r = read_response(s, head_request=True)
+        assert r.status == 200 and r.header("content-length") == "1234"
+        s.sendall(get("/echo"))
+        assert read_response(s).status == 200
+
+
+def test_expect_100_continue(gateway):
+    with gateway.connect() as s:
+        s.sendall(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 11\r\nExpect: 100-continue\r\n\r\n")
+        rd = Reader(s)
+        interim = read_response(s, reader=rd, skip_informational=False)
+        assert interim.status == 100
+        s.sendall(b"hello world")
+        r = read_response(s, reader=rd)
+        assert r.status == 200 and r.json()["length"] == 11
+
+
+def test_expect_other_is_417(gateway):
+    r = gateway.request(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nExpect: magic\r\n\r\nx")
+    assert r.status == 417
+
+
+def test_upstream_status_and_reason_pass_through(gateway):
+    r = gateway.request(get("/status?code=418"))
+    assert r.status == 418 and r.reason == "Whatever"

@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""A real HTTP/1.1 origin for floodgate's integration tests (a separate process).
+
+Endpoints (any method):
+  /echo             JSON: method, target, headers, body length, connection number
+  /download?bytes=N N bytes, Content-Length framing, streamed
+  /chunked?n=K&size=S  K chunks of S bytes, chunked framing
+  /upload           reads the body (Content-Length or chunked), answers its length and sum
+  /slow?ms=N        waits N ms before answering
+  /close-mid        promises 1000 bytes, sends 100, closes
+  /close-delimited  HTTP/1.1 response with neither length nor chunking, ends by closing
+  /ws               WebSocket handshake, then echoes every frame back
+  /status?code=N    answers status N
+Control, on a second port so it is never counted: GET /__stats -> {"connections",
+"requests", "bytes"}; GET /__reset.
+Prints "PORT <main> <control>" on stdout once listening.
+"""
+import base64
+import hashlib
+import json
+import socket
+import sys
+import threading
+import time
+from urllib.parse import parse_qs, urlsplit
+
+lock = threading.Lock()
+stats = {"connections": 0, "requests": 0, "bytes": 0}
+
+
+class Conn:
+    def __init__(self, sock, number):
+        self.sock = sock
+        self.buf = b""
+        self.number = number
+        self.control = False
+
+    def fill(self):
+        data = self.sock.recv(65536)
+        if not data:
+            raise EOFError
+        if not self.control:
+            with lock:
+                stats["bytes"] += len(data)
+        self.buf += data
+
+    def read_line(self):
+        while b"\r\n" not in self.buf:
+            if len(self.buf) > 65536:
+                raise ValueError("line too long")
+            self.fill()
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def read_exact(self, n):
+        while len(self.buf) < n:
+            self.fill()
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+    def body_pieces(self, headers):
+        te = headers.get("transfer-encoding", "").lower()
+        if te == "chunked":
+            while True:
+                size = int(self.read_line().split(b";")[0], 16)
+                if size == 0:
+                    while self.read_line():
+                        pass
+                    return
+                yield self.read_exact(size)
+                self.read_exact(2)
+        else:
+            left = int(headers.get("content-length", "0"))
+            while left > 0:
+                if not self.buf:
+                    self.fill()
+                piece, self.buf = self.buf[:left], self.buf[left:]
+                left -= len(piece)
+                yield piece
+
+
+def respond(sock, status, body=b"", headers=(), reason="OK"):
+    head = f"HTTP/1.1 {status} {reason}\r\nContent-Length: {len(body)}\r\n"
+    for k, v in headers:
+        head += f"{k}: {v}\r\n"
+    sock.sendall(head.encode() + b"\r\n" + body)
+
+
+def ws_echo(conn):
+    while True:
+        b0, b1 = conn.read_exact(2)
+        length = b1 & 0x7F
+        if length == 126:
+            length = int.from_bytes(conn.read_exact(2), "big")
+        elif length == 127:
+            length = int.from_bytes(conn.read_exact(8), "big")
+        mask = conn.read_exact(4) if b1 & 0x80 else b"\0\0\0\0"
+        payload = bytes(c ^ mask[i % 4] for i, c in enumerate(conn.read_exact(length)))
+        opcode = b0 & 0x0F
+        out = bytes([0x80 | opcode])
+        if len(payload) < 126:
+            out += bytes([len(payload)])
+        elif len(payload) < 65536:
+            out += bytes([126]) + len(payload).to_bytes(2, "big")
+        else:
+            out += bytes([127]) + len(payload).to_bytes(8, "big")
+        conn.sock.sendall(out + payload)
+        if opcode == 8:
+            return
+
+
+def handle(conn):
+    while True:
+        line = conn.read_line()
+        if not line:
+            continue
+        method, target, version = line.decode("latin-1").split(" ")
+        headers, raw = {}, []
+        while True:
+            h = conn.read_line()
+            if not h:
+                break
+            k, v = h.decode("latin-1").split(":", 1)
+            raw.append([k, v.strip()])
+            headers[k.lower()] = v.strip()
+        url = urlsplit(target)
+        q = {k: v[0] for k, v in parse_qs(url.query).items()}
+        path = url.path
+        if conn.control and path == "/__stats":
+            with lock:
+                respond(conn.sock, 200, json.dumps(stats).encode())
+            continue
+        if conn.control and path == "/__reset":
+            with lock:
+                for k in stats:
+                    stats[k] = 0
+            respond(conn.sock, 200, b"{}")
+            continue
+        length, total = 0, 0
+        for piece in conn.body_pieces(headers):
+            if path == "/upload":
+                # every 4096th byte of the body, whatever the piece boundaries
+                total = (total + sum(piece[(-length) % 4096::4096])) & 0xFFFFFFFF
+            length += len(piece)
+        # Counted once the whole request (head and body) has arrived.
+        with lock:
+            stats["requests"] += 1
+        if path == "/download":
+            n = int(q.get("bytes", "0"))
+            conn.sock.sendall(f"HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n".encode())
+            block = bytes(range(256)) * 256
+            while n > 0:
+                piece = block[: min(n, len(block))]
+                conn.sock.sendall(piece)
+                n -= len(piece)
+        elif path == "/chunked":
+            n, size = int(q.get("n", "3")), int(q.get("size", "10"))
+            conn.sock.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-T\r\n\r\n")
+            for i in range(n):
+                conn.sock.sendall(f"{size:x}\r\n".encode() + bytes([97 + i % 26]) * size + b"\r\n")
+            conn.sock.sendall(b"0\r\nX-T: done\r\n\r\n")
+        elif path == "/upload":
+            respond(conn.sock, 200, json.dumps({"length": length, "sum": total}).encode(),
+                    [("Content-Type", "application/json")])
+        elif path == "/slow":
+            time.sleep(int(q.get("ms", "1000")) / 1000)
+            respond(conn.sock, 200, b"slow")
+        elif path == "/close-mid":
+            conn.sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" + b"x" * 100)
+            return
+        elif path == "/close-delimited":
+            conn.sock.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + b"y" * 5000)
+            return
+        elif path == "/ws":
+            key = headers.get("sec-websocket-key", "")
+            accept = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest())
+            conn.sock.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                              b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n")
+            ws_echo(conn)
+            return
+        elif path == "/status":
+            code = int(q.get("code", "200"))
+            respond(conn.sock, code, b"status", reason="Whatever")
+        else:
+            body = json.dumps({"method": method, "target": target, "version": version, "headers": raw,
+                               "body_length": length, "connection": conn.number}).encode()
+            respond(conn.sock, 200, body, [("Content-Type", "application/json"), ("X-Upstream", "yes"),
+                                           ("Connection", "keep-alive, X-Hop"), ("X-Hop", "drop me"),
+                                           ("Keep-Alive", "timeout=5")])
+        if headers.get("connection", "").lower() == "close":
+            return
+
+
+def serve(sock, number, control=False):
+    conn = Conn(sock, number)
+    conn.control = control
+    try:
+        handle(conn)
+    except (EOFError, ConnectionError, ValueError, OSError):
+        pass
+    finally:
+        try:
+            sock.close()
+        except OSError:
+            pass
+
+
+def main():
+    port = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", port))
+    srv.listen(512)
+    ctl = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    ctl.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ctl.bind(("127.0.0.1", 0))
+    ctl.listen(16)
+
+    def control_loop():
+        while True:
+            s, _ = ctl.accept()
+            threading.Thread(target=serve, args=(s, 0, True), daemon=True).start()
+
+    threading.Thread(target=control_loop, daemon=True).start()
+    print(f"PORT {srv.getsockname()[1]} {ctl.getsockname()[1]}", flush=True)
+    number = 0
+    while True:
+        sock, _ = srv.accept()
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        number += 1
+        with lock:
+            stats["connections"] += 1
+        threading.Thread(target=serve, args=(sock, number), daemon=True).start()
+
+
+if __name__ == "__main__":
+    main()
