@@ -98,7 +98,10 @@ bool normalize_target_path(std::string_view target, std::string& out) {
   if (target.empty()) return false;
   std::string prepared;
   if (target.front() == '/') {
-    auto q = target.find_first_of("?#");
+    // A fragment is no part of a request target (RFC 9112 §3.2) and Beast lets "#" through:
+    // cutting it off would match "/public#/../admin" as "/public" while upstream may see "/admin".
+    if (target.find('#') != std::string_view::npos) return false;
+    auto q = target.find('?');
     std::string_view path = target.substr(0, q);
     // Fast path: plain paths are the common case and need no parsing beyond a scan.
     bool plain = std::all_of(path.begin(), path.end(), [](char c) {

@@ -18,6 +18,7 @@ struct connection {
   boost::beast::tcp_stream stream;
   boost::beast::flat_buffer buffer{64 * 1024};
   bool reused = false;  // came from the idle pool (may have been closed by the peer)
+  std::chrono::steady_clock::time_point idle_since{};
 };
 using connection_ptr = std::unique_ptr<connection>;
 
