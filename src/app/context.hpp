@@ -1,6 +1,7 @@
 #pragma once
 #include <boost/asio/ip/tcp.hpp>
 
+#include <chrono>
 #include <list>
 #include <memory>
 
@@ -11,10 +12,25 @@ namespace fg::obs { class access_log; }
 
 namespace fg::app {
 
-// A live downstream connection, as the worker sees it (for drain).
+// A live downstream connection, as its worker sees it: for drain, and for deadlines.
+// Instead of a timer per operation, a session writes the deadline of its current wait
+// here and the worker's sweeper cancels both of its sockets once it has passed.
 struct session_entry {
+  using clock = std::chrono::steady_clock;
   boost::asio::ip::tcp::socket* socket = nullptr;
-  bool idle = true;  // waiting for a request with nothing buffered: safe to close on drain
+  boost::asio::ip::tcp::socket* upstream = nullptr;  // the upstream connection in use, if any
+  clock::time_point deadline = clock::time_point::max();
+  bool expired = false;  // the sweeper cancelled the current wait
+  bool idle = true;      // waiting for a request with nothing buffered: safe to close on drain
+
+  void arm(std::chrono::milliseconds timeout) {
+    expired = false;
+    deadline = clock::now() + timeout;
+  }
+  void arm_at(clock::time_point when) {
+    expired = false;
+    deadline = when;
+  }
 };
 
 // What a session needs from the worker that owns it. Lives on the worker's thread.

@@ -19,7 +19,8 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 
 worker::worker(unsigned id, std::shared_ptr<const runtime> rt, std::shared_ptr<obs::access_log> access)
-    : ioc_(std::make_unique<asio::io_context>(1)), pool_(std::make_unique<upstream::pool>(ioc_->get_executor())) {
+    // One thread per io_context: socket I/O needs no locking (posts from other threads still do).
+    : ioc_(std::make_unique<asio::io_context>(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO)), pool_(std::make_unique<upstream::pool>(ioc_->get_executor())) {
   ctx_.id = id;
   ctx_.rt = std::move(rt);
   ctx_.pool = pool_.get();
@@ -49,6 +50,7 @@ void worker::start(int listen_fd) {
   }
   acceptor_ = std::make_unique<tcp::acceptor>(*ioc_, ep.protocol(), fd);
   asio::co_spawn(*ioc_, accept_loop(), asio::detached);
+  asio::co_spawn(*ioc_, sweep_deadlines(), asio::detached);
   thread_ = std::thread([this] {
     for (;;) {
       try {
@@ -81,6 +83,28 @@ asio::awaitable<void> worker::accept_loop() {
         spdlog::error("session ended by exception: {}", ex.what());
       }
     });
+  }
+}
+
+asio::awaitable<void> worker::sweep_deadlines() {
+  // Deadlines are checked every tick (so they are precise to about 50ms) instead of
+  // arming a timer per read and write.
+  asio::steady_timer tick(*ioc_);
+  for (;;) {
+    tick.expires_after(std::chrono::milliseconds(50));
+    auto [ec] = co_await tick.async_wait(asio::as_tuple(asio::use_awaitable));
+    if (ec) co_return;
+    auto now = session_entry::clock::now();
+    for (auto& s : ctx_.sessions) {
+      if (s.deadline > now) continue;
+      s.deadline = session_entry::clock::time_point::max();
+      s.expired = true;
+      boost::system::error_code ignored;
+      if (s.socket) s.socket->cancel(ignored);
+      if (s.upstream) s.upstream->cancel(ignored);
+    }
+    // Drained and nothing left: let the io_context run out of work.
+    if (ctx_.draining && ctx_.sessions.empty()) co_return;
   }
 }
 

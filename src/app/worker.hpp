@@ -29,6 +29,7 @@ class worker {
 
  private:
   boost::asio::awaitable<void> accept_loop();
+  boost::asio::awaitable<void> sweep_deadlines();
 
   // Sessions unregister from ctx_ when the io_context destroys their frames, so ctx_
   // is declared first and the io_context is torn down explicitly in the destructor.

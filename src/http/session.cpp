@@ -5,7 +5,6 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
@@ -61,84 +60,61 @@ struct chunk_frame {
 constexpr std::string_view crlf = "\r\n";
 constexpr std::string_view last_chunk = "0\r\n\r\n";
 
-// Feeds already-buffered bytes to a parser whose body is a buffer_body, reading from
-// the socket only when the parser needs more. Returns when some body bytes were
-// produced, the body buffer is full, or the message is complete.
+// Maps a cancelled wait whose deadline passed to a timeout.
+error_code timed(const app::session_entry& e, error_code ec) {
+  return ec && e.expired ? error_code(beast::error::timeout) : ec;
+}
+
+// Feeds already-buffered bytes to a parser, reading from the socket only when the
+// parser needs more. Body mode (`want_head` false, buffer_body): returns when some
+// body bytes were produced, the body buffer is full, or the message is complete.
+// Head mode: returns when the head is parsed.
 template <class Parser>
-asio::awaitable<error_code> read_body_piece(beast::tcp_stream& s, beast::flat_buffer& b, Parser& p,
-                                           std::chrono::milliseconds timeout, std::size_t& produced) {
-  auto& body = p.get().body();
-  std::size_t start = body.size;
+asio::awaitable<error_code> read_into(app::session_entry& e, tcp::socket& s, beast::flat_buffer& b, Parser& p,
+                                      std::chrono::milliseconds timeout, std::size_t& produced, bool want_head) {
+  std::size_t start = want_head ? 0 : p.get().body().size;
+  produced = 0;
   for (;;) {
     if (b.size() > 0) {
       error_code ec;
       auto used = p.put(b.data(), ec);
       b.consume(used);
-      produced = start - body.size;
-      if (ec == bhttp::error::need_buffer || p.is_done() || produced > 0) co_return error_code{};
+      if (want_head) {
+        if (p.is_header_done()) co_return error_code{};
+      } else {
+        produced = start - p.get().body().size;
+        if (ec == bhttp::error::need_buffer || p.is_done() || produced > 0) co_return error_code{};
+      }
       if (ec && ec != bhttp::error::need_more) co_return ec;
       if (used > 0 && !ec) continue;
+      if (b.size() >= b.max_size()) co_return error_code(bhttp::error::header_limit);
     }
-    s.expires_after(timeout);
-    auto [ec, n] = co_await s.async_read_some(b.prepare(std::min<std::size_t>(b.max_size() - b.size(), 65536)), use_tuple);
+    e.arm(timeout);
+    auto space = std::min<std::size_t>(b.max_size() - b.size(), 65536);
+    auto [ec, n] = co_await s.async_read_some(b.prepare(space), use_tuple);
     if (ec == asio::error::eof) {
+      if (want_head) co_return error_code(b.size() ? bhttp::error::partial_message : bhttp::error::end_of_stream);
       error_code eec;
       p.put_eof(eec);
-      produced = start - body.size;
+      produced = start - p.get().body().size;
       co_return eec ? error_code(bhttp::error::partial_message) : error_code{};
     }
-    if (ec) co_return ec;
+    if (ec) co_return timed(e, ec);
     b.commit(n);
   }
 }
 
-// A deadline for reads of the request head. Beast's tcp_stream closes the socket on
-// timeout, which leaves no way to answer 408; this one only cancels the read.
-class head_deadline {
- public:
-  head_deadline(asio::any_io_executor ex, tcp::socket& socket)
-      : timer_(std::move(ex)), state_(std::make_shared<state>()) {
-    state_->socket = &socket;
-  }
-  ~head_deadline() { state_->socket = nullptr; }
-  void arm(clock::time_point when) {
-    state_->fired = false;
-    auto gen = ++state_->gen;
-    timer_.expires_at(when);
-    timer_.async_wait([st = state_, gen](error_code ec) {
-      if (ec || !st->socket || st->gen != gen) return;
-      st->fired = true;
-      error_code ignored;
-      st->socket->cancel(ignored);
-    });
-  }
-  void disarm() {
-    ++state_->gen;
-    timer_.cancel();
-  }
-  bool fired() const { return state_->fired; }
-
- private:
-  struct state {
-    tcp::socket* socket = nullptr;
-    bool fired = false;
-    std::uint64_t gen = 0;
-  };
-  asio::steady_timer timer_;
-  std::shared_ptr<state> state_;
-};
-
 class session {
  public:
   session(app::worker_context& ctx, tcp::socket socket)
-      : ctx_(ctx), stream_(std::move(socket)), buffer_(64 * 1024),
-        deadline_(stream_.get_executor(), stream_.socket()) {
+      : ctx_(ctx), socket_(std::move(socket)), buffer_(64 * 1024) {
     error_code ec;
-    auto ep = stream_.socket().remote_endpoint(ec);
+    auto ep = socket_.remote_endpoint(ec);
     if (!ec) peer_ = net::normalize(ep.address());
     peer_str_ = peer_.to_string();
-    stream_.socket().set_option(tcp::no_delay(true), ec);
-    entry_ = ctx_.sessions.insert(ctx_.sessions.end(), app::session_entry{&stream_.socket(), true});
+    socket_.set_option(tcp::no_delay(true), ec);
+    entry_ = ctx_.sessions.insert(ctx_.sessions.end(), app::session_entry{});
+    entry_->socket = &socket_;
   }
   ~session() { ctx_.sessions.erase(entry_); }
 
@@ -153,6 +129,8 @@ class session {
   asio::awaitable<outcome> send_local(unsigned status, bool keep_alive, std::string_view body = {});
   asio::awaitable<void> lingering_close();
   asio::awaitable<error_code> write_down(std::span<const asio::const_buffer> bufs);
+  asio::awaitable<error_code> write_up(upstream::connection& up, std::span<const asio::const_buffer> bufs,
+                                       std::chrono::milliseconds timeout);
   void log_request(unsigned status);
   char* body_buf() {
     if (!body_buf_) body_buf_ = std::make_unique<char[]>(body_chunk);
@@ -160,9 +138,8 @@ class session {
   }
 
   app::worker_context& ctx_;
-  beast::tcp_stream stream_;
+  tcp::socket socket_;
   beast::flat_buffer buffer_;
-  head_deadline deadline_;
   net::address peer_;
   std::string peer_str_;
   std::list<app::session_entry>::iterator entry_;
@@ -210,11 +187,10 @@ asio::awaitable<session::outcome> session::read_head(bool first) {
       entry_->idle = true;
       if (ctx_.draining) co_return outcome::close;
     }
-    deadline_.arm(deadline == clock::time_point::max() ? clock::now() + http.idle_timeout : deadline);
+    entry_->arm_at(deadline == clock::time_point::max() ? clock::now() + http.idle_timeout : deadline);
     auto space = std::min<std::size_t>(buffer_.max_size() - buffer_.size(), 16384);
-    auto [ec, n] = co_await stream_.socket().async_read_some(buffer_.prepare(space), use_tuple);
-    deadline_.disarm();
-    if (ec && deadline_.fired()) {
+    auto [ec, n] = co_await socket_.async_read_some(buffer_.prepare(space), use_tuple);
+    if (ec && entry_->expired) {
       // An idle keep-alive connection just closes; a slow or silent request head gets 408.
       if (buffer_.size() == 0 && !first) co_return outcome::close;
       co_return co_await send_local(408, false);
@@ -261,30 +237,37 @@ asio::awaitable<void> session::run() {
     if (o == outcome::closed) break;
   }
   error_code ec;
-  stream_.socket().close(ec);
+  socket_.close(ec);
 }
 
 asio::awaitable<void> session::lingering_close() {
   // Half-close, then drain what the client is still sending so that our response is
   // not destroyed by a reset; bounded in time and bytes.
   error_code ec;
-  stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+  socket_.shutdown(tcp::socket::shutdown_send, ec);
   if (ec) co_return;
   auto until = clock::now() + std::chrono::seconds(2);
   std::size_t total = 0;
   char sink[4096];
   while (total < 4 * 1024 * 1024) {
-    stream_.expires_at(until);
-    auto [rec, n] = co_await stream_.async_read_some(asio::buffer(sink), use_tuple);
+    entry_->arm_at(until);
+    auto [rec, n] = co_await socket_.async_read_some(asio::buffer(sink), use_tuple);
     if (rec) break;
     total += n;
   }
 }
 
 asio::awaitable<error_code> session::write_down(std::span<const asio::const_buffer> bufs) {
-  stream_.expires_after(rt_->cfg->http.idle_timeout);
-  auto [ec, n] = co_await asio::async_write(stream_, bufs, use_tuple);
-  co_return ec;
+  entry_->arm(rt_->cfg->http.idle_timeout);
+  auto [ec, n] = co_await asio::async_write(socket_, bufs, use_tuple);
+  co_return timed(*entry_, ec);
+}
+
+asio::awaitable<error_code> session::write_up(upstream::connection& up, std::span<const asio::const_buffer> bufs,
+                                              std::chrono::milliseconds timeout) {
+  entry_->arm(timeout);
+  auto [ec, n] = co_await asio::async_write(up.socket, bufs, use_tuple);
+  co_return timed(*entry_, ec);
 }
 
 asio::awaitable<session::outcome> session::send_local(unsigned status, bool keep_alive, std::string_view body) {
@@ -407,7 +390,7 @@ asio::awaitable<session::outcome> session::forward() {
     buf = body_buf();
     req.body().data = buf;
     req.body().size = body_chunk;
-    auto ec = co_await read_body_piece(stream_, buffer_, *parser_, cfg.http.idle_timeout, piece);
+    auto ec = co_await read_into(*entry_, socket_, buffer_, *parser_, cfg.http.idle_timeout, piece, false);
     if (ec == beast::error::timeout) co_return co_await send_local(408, false);
     if (ec) co_return co_await send_local(400, false);
   }
@@ -415,14 +398,19 @@ asio::awaitable<session::outcome> session::forward() {
 
   auto t0 = clock::now();
   upstream::connection_ptr up;
+  // Declared after `up`, so destroyed before it: the sweeper never sees a freed socket.
+  struct forget_upstream {
+    app::session_entry& e;
+    ~forget_upstream() { e.upstream = nullptr; }
+  } forget{*entry_};
   for (int attempt = 0;; ++attempt) {
     error_code ec;
     // (GCC 12: no co_await inside a conditional expression.)
-    if (attempt == 0) up = co_await ctx_.pool->acquire(route.upstream_index, ec);
-    else up = co_await ctx_.pool->connect(route.upstream_index, ec);
+    if (attempt == 0) up = co_await ctx_.pool->acquire(route.upstream_index, *entry_, ec);
+    else up = co_await ctx_.pool->connect(route.upstream_index, *entry_, ec);
     if (!up) {
       spdlog::warn("upstream {} ({}): connect failed: {}", up_cfg.name, up_cfg.address.str(), ec.message());
-      co_return co_await send_local(ec == beast::error::timeout ? 504 : 502, false);
+      co_return co_await send_local(502, false);
     }
     // Head and first body piece in one write.
     chunk_frame frame(piece);
@@ -434,8 +422,7 @@ asio::awaitable<session::outcome> session::forward() {
       bufs[nb++] = asio::buffer(buf, piece);
       if (chunked) bufs[nb++] = asio::buffer(crlf);
     }
-    up->stream.expires_after(up_cfg.response_timeout);
-    auto [wec, wn] = co_await asio::async_write(up->stream, std::span(bufs.data(), nb), use_tuple);
+    auto wec = co_await write_up(*up, std::span(bufs.data(), nb), up_cfg.response_timeout);
     if (!wec) break;
     if (up->reused && retry_safe && attempt == 0) continue;
     spdlog::warn("upstream {}: write failed: {}", up_cfg.name, wec.message());
@@ -448,7 +435,7 @@ asio::awaitable<session::outcome> session::forward() {
     if (body_too_large()) co_return co_await send_local(413, false);
     req.body().data = buf;
     req.body().size = body_chunk;
-    auto ec = co_await read_body_piece(stream_, buffer_, *parser_, cfg.http.idle_timeout, piece);
+    auto ec = co_await read_into(*entry_, socket_, buffer_, *parser_, cfg.http.idle_timeout, piece, false);
     if (ec) {
       spdlog::debug("{}: request body aborted: {}", peer_str_, ec.message());
       // Upstream sees an incomplete message and a closed connection, never a second one.
@@ -462,8 +449,7 @@ asio::awaitable<session::outcome> session::forward() {
     if (chunked) bufs[nb++] = asio::buffer(frame.head, frame.head_len);
     bufs[nb++] = asio::buffer(buf, piece);
     if (chunked) bufs[nb++] = asio::buffer(crlf);
-    up->stream.expires_after(up_cfg.response_timeout);
-    auto [wec, wn] = co_await asio::async_write(up->stream, std::span(bufs.data(), nb), use_tuple);
+    auto wec = co_await write_up(*up, std::span(bufs.data(), nb), up_cfg.response_timeout);
     if (wec) {
       spdlog::warn("upstream {}: write failed: {}", up_cfg.name, wec.message());
       co_return co_await send_local(502, false);
@@ -471,8 +457,8 @@ asio::awaitable<session::outcome> session::forward() {
   }
   if (body_too_large()) co_return co_await send_local(413, false);
   if (chunked) {
-    up->stream.expires_after(up_cfg.response_timeout);
-    auto [wec, wn] = co_await asio::async_write(up->stream, asio::buffer(last_chunk), use_tuple);
+    std::array<asio::const_buffer, 1> bufs{asio::buffer(last_chunk)};
+    auto wec = co_await write_up(*up, bufs, up_cfg.response_timeout);
     if (wec) co_return co_await send_local(502, false);
   }
 
@@ -483,8 +469,8 @@ asio::awaitable<session::outcome> session::forward() {
     rp->header_limit(64 * 1024);
     rp->body_limit(boost::none);
     if (req.method() == bhttp::verb::head) rp->skip(true);
-    up->stream.expires_after(up_cfg.response_timeout);
-    auto [ec, n] = co_await bhttp::async_read_header(up->stream, up->buffer, *rp, use_tuple);
+    std::size_t unused = 0;
+    auto ec = co_await read_into(*entry_, up->socket, up->buffer, *rp, up_cfg.response_timeout, unused, true);
     if (!ec) {
       auto code = rp->get().result_int();
       if (code >= 100 && code < 200 && code != 101) continue;
@@ -499,10 +485,10 @@ asio::awaitable<session::outcome> session::forward() {
     if (up->reused && retry_safe && attempt == 0 && nothing_received) {
       ++attempt;
       error_code cec;
-      up = co_await ctx_.pool->connect(route.upstream_index, cec);
+      up = co_await ctx_.pool->connect(route.upstream_index, *entry_, cec);
       if (!up) co_return co_await send_local(502, false);
-      up->stream.expires_after(up_cfg.response_timeout);
-      auto [wec, wn] = co_await asio::async_write(up->stream, asio::buffer(head_out_), use_tuple);
+      std::array<asio::const_buffer, 1> bufs{asio::buffer(head_out_)};
+      auto wec = co_await write_up(*up, bufs, up_cfg.response_timeout);
       if (wec) co_return co_await send_local(502, false);
       continue;
     }
@@ -552,7 +538,7 @@ asio::awaitable<session::outcome> session::forward() {
   while (!complete) {
     res.body().data = buf;
     res.body().size = body_chunk;
-    auto ec = co_await read_body_piece(up->stream, up->buffer, *rp, up_cfg.response_timeout, piece);
+    auto ec = co_await read_into(*entry_, up->socket, up->buffer, *rp, up_cfg.response_timeout, piece, false);
     if (ec) {
       // Mid-response failure: close without completing the framing, so the client
       // can tell the response is truncated.
@@ -584,11 +570,12 @@ asio::awaitable<session::outcome> session::forward() {
   log_request(status);
 
   if (tunnel) {
-    auto stats = co_await run_tunnel(stream_, buffer_, up->stream, up->buffer, cfg.http.idle_timeout);
+    auto stats = co_await run_tunnel(*entry_, socket_, buffer_, up->socket, up->buffer, cfg.http.idle_timeout);
     bytes_in_ += stats.down_to_up;
     bytes_out_ += stats.up_to_down;
     co_return outcome::closed;
   }
+  entry_->upstream = nullptr;
   if (rp->keep_alive() && !up_close_delimited && !upgrade) ctx_.pool->release(route.upstream_index, std::move(up));
   co_return rc.keep_alive ? outcome::keep_going : outcome::close;
 }

@@ -11,19 +11,25 @@ namespace fg::http {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
+using asio::ip::tcp;
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
 namespace {
 
-// One direction. Each side's timer is shared by both directions (tcp_stream has one
-// per operation kind), so the read timeout here is the tunnel's idle timeout.
-asio::awaitable<void> pump(beast::tcp_stream& from, beast::flat_buffer& pending, beast::tcp_stream& to,
-                           std::chrono::milliseconds idle, std::uint64_t& count) {
+void close_both(tcp::socket& a, tcp::socket& b) {
+  boost::system::error_code ignored;
+  a.close(ignored);
+  b.close(ignored);
+}
+
+// One direction. Activity either way pushes the shared deadline forward.
+asio::awaitable<void> pump(app::session_entry& session, tcp::socket& from, beast::flat_buffer& pending,
+                           tcp::socket& to, std::chrono::milliseconds idle, std::uint64_t& count) {
   if (pending.size()) {
-    to.expires_after(idle);
+    session.arm(idle);
     auto [ec, n] = co_await asio::async_write(to, pending.data(), use_tuple);
     if (ec) {
-      from.socket().close(ec);
+      close_both(from, to);
       co_return;
     }
     count += n;
@@ -31,26 +37,22 @@ asio::awaitable<void> pump(beast::tcp_stream& from, beast::flat_buffer& pending,
   }
   auto buf = std::make_unique<char[]>(16384);
   for (;;) {
-    from.expires_after(idle);
+    session.arm(idle);
     auto [rec, n] = co_await from.async_read_some(asio::buffer(buf.get(), 16384), use_tuple);
     if (rec == asio::error::eof) {
       boost::system::error_code ignored;
-      to.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
+      to.shutdown(tcp::socket::shutdown_send, ignored);
       co_return;
     }
     if (rec) {
       // Timeout or reset: end both directions.
-      boost::system::error_code ignored;
-      to.socket().close(ignored);
-      from.socket().close(ignored);
+      close_both(from, to);
       co_return;
     }
-    to.expires_after(idle);
+    session.arm(idle);
     auto [wec, m] = co_await asio::async_write(to, asio::buffer(buf.get(), n), use_tuple);
     if (wec) {
-      boost::system::error_code ignored;
-      to.socket().close(ignored);
-      from.socket().close(ignored);
+      close_both(from, to);
       co_return;
     }
     count += m;
@@ -59,12 +61,12 @@ asio::awaitable<void> pump(beast::tcp_stream& from, beast::flat_buffer& pending,
 
 }  // namespace
 
-asio::awaitable<tunnel_stats> run_tunnel(beast::tcp_stream& down, beast::flat_buffer& down_buf, beast::tcp_stream& up,
-                                         beast::flat_buffer& up_buf, std::chrono::milliseconds idle) {
+asio::awaitable<tunnel_stats> run_tunnel(app::session_entry& session, tcp::socket& down, beast::flat_buffer& down_buf,
+                                         tcp::socket& up, beast::flat_buffer& up_buf, std::chrono::milliseconds idle) {
   using namespace asio::experimental::awaitable_operators;
   tunnel_stats stats;
-  auto a = pump(down, down_buf, up, idle, stats.down_to_up);
-  auto b = pump(up, up_buf, down, idle, stats.up_to_down);
+  auto a = pump(session, down, down_buf, up, idle, stats.down_to_up);
+  auto b = pump(session, up, up_buf, down, idle, stats.up_to_down);
   co_await (std::move(a) && std::move(b));
   co_return stats;
 }

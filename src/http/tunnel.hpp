@@ -1,10 +1,12 @@
 #pragma once
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
 
 #include <chrono>
 #include <cstdint>
+
+#include "app/context.hpp"
 
 namespace fg::http {
 
@@ -14,9 +16,10 @@ struct tunnel_stats {
 };
 
 // Copies bytes both ways until both sides have closed (half-close is passed on) or
-// either side is silent for `idle`. Bytes already buffered on either side go first.
-boost::asio::awaitable<tunnel_stats> run_tunnel(boost::beast::tcp_stream& down, boost::beast::flat_buffer& down_buf,
-                                                boost::beast::tcp_stream& up, boost::beast::flat_buffer& up_buf,
-                                                std::chrono::milliseconds idle);
+// neither side has moved a byte for `idle` (the session's deadline). Bytes already
+// buffered on either side go first.
+boost::asio::awaitable<tunnel_stats> run_tunnel(app::session_entry& session, boost::asio::ip::tcp::socket& down,
+                                                boost::beast::flat_buffer& down_buf, boost::asio::ip::tcp::socket& up,
+                                                boost::beast::flat_buffer& up_buf, std::chrono::milliseconds idle);
 
 }  // namespace fg::http

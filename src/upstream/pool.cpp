@@ -1,6 +1,7 @@
 #include "upstream/pool.hpp"
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <spdlog/spdlog.h>
@@ -39,14 +40,15 @@ bool still_usable(connection& c, std::chrono::steady_clock::time_point now) {
   if (c.buffer.size() != 0) return false;
   if (now - c.idle_since < std::chrono::seconds(1)) return true;
   char probe;
-  auto fd = c.stream.socket().native_handle();
+  auto fd = c.socket.native_handle();
   auto n = ::recv(fd, &probe, 1, MSG_PEEK | MSG_DONTWAIT);
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
 }  // namespace
 
-asio::awaitable<connection_ptr> pool::acquire(std::size_t upstream, boost::system::error_code& ec) {
+asio::awaitable<connection_ptr> pool::acquire(std::size_t upstream, app::session_entry& session,
+                                              boost::system::error_code& ec) {
   auto& s = slots_.at(upstream);
   auto now = std::chrono::steady_clock::now();
   while (!s.idle.empty()) {
@@ -54,17 +56,20 @@ asio::awaitable<connection_ptr> pool::acquire(std::size_t upstream, boost::syste
     s.idle.pop_back();
     if (still_usable(*c, now)) {
       c->reused = true;
+      session.upstream = &c->socket;
       ec = {};
       co_return c;
     }
   }
-  co_return co_await connect(upstream, ec);
+  co_return co_await connect(upstream, session, ec);
 }
 
-asio::awaitable<connection_ptr> pool::connect(std::size_t upstream, boost::system::error_code& ec) {
+asio::awaitable<connection_ptr> pool::connect(std::size_t upstream, app::session_entry& session,
+                                              boost::system::error_code& ec) {
   auto& s = slots_.at(upstream);
   auto cfg = s.cfg;  // slot may move during the awaits below (reload)
   auto now = std::chrono::steady_clock::now();
+  session.arm(cfg.connect_timeout);
   if (s.endpoints.empty() || now - s.resolved_at > std::chrono::seconds(30)) {
     tcp::resolver resolver(ex_);
     auto port = std::to_string(cfg.address.port);
@@ -82,15 +87,16 @@ asio::awaitable<connection_ptr> pool::connect(std::size_t upstream, boost::syste
   }
   auto eps = slots_.at(upstream).endpoints;
   auto c = std::make_unique<connection>(ex_);
-  c->stream.expires_after(cfg.connect_timeout);
-  auto [cec, ep] = co_await c->stream.async_connect(eps, use_tuple);
+  session.upstream = &c->socket;
+  auto [cec, ep] = co_await asio::async_connect(c->socket, eps, use_tuple);
   if (cec) {
-    ec = cec;
+    session.upstream = nullptr;
+    ec = session.expired ? boost::system::error_code(asio::error::timed_out) : cec;
     // Resolve again next time: the address may have moved.
     if (upstream < slots_.size()) slots_[upstream].resolved_at = {};
     co_return nullptr;
   }
-  c->stream.socket().set_option(tcp::no_delay(true), cec);
+  c->socket.set_option(tcp::no_delay(true), cec);
   ec = {};
   co_return c;
 }
@@ -98,8 +104,8 @@ asio::awaitable<connection_ptr> pool::connect(std::size_t upstream, boost::syste
 void pool::release(std::size_t upstream, connection_ptr c) {
   if (upstream >= slots_.size()) return;
   auto& s = slots_[upstream];
-  if (s.idle.size() >= s.cfg.max_idle) return;
-  c->stream.expires_never();
+  // Bytes after a complete response mean the upstream is out of step: never reuse.
+  if (s.idle.size() >= s.cfg.max_idle || c->buffer.size() != 0) return;
   c->idle_since = std::chrono::steady_clock::now();
   s.idle.push_back(std::move(c));
 }

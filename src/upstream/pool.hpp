@@ -2,20 +2,20 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
 
 #include <chrono>
 #include <memory>
 #include <vector>
 
+#include "app/context.hpp"
 #include "config/config.hpp"
 
 namespace fg::upstream {
 
 // One connection to an upstream, with the read buffer that belongs to it.
 struct connection {
-  explicit connection(boost::asio::any_io_executor ex) : stream(std::move(ex)) {}
-  boost::beast::tcp_stream stream;
+  explicit connection(boost::asio::any_io_executor ex) : socket(std::move(ex)) {}
+  boost::asio::ip::tcp::socket socket;
   boost::beast::flat_buffer buffer{64 * 1024};
   bool reused = false;  // came from the idle pool (may have been closed by the peer)
   std::chrono::steady_clock::time_point idle_since{};
@@ -23,7 +23,8 @@ struct connection {
 using connection_ptr = std::unique_ptr<connection>;
 
 // Per-worker pools of keep-alive connections, one per upstream. Not thread-safe:
-// it belongs to one worker's event loop.
+// it belongs to one worker's event loop. The connection handed out is registered as
+// `session.upstream`, so the session's deadline covers it.
 class pool {
  public:
   explicit pool(boost::asio::any_io_executor ex) : ex_(std::move(ex)) {}
@@ -33,9 +34,11 @@ class pool {
   void configure(const std::vector<config::upstream_config>& upstreams);
 
   // An idle connection if one is alive, else a new one. On failure returns null and sets ec.
-  boost::asio::awaitable<connection_ptr> acquire(std::size_t upstream, boost::system::error_code& ec);
-  // A fresh connection, never from the idle list.
-  boost::asio::awaitable<connection_ptr> connect(std::size_t upstream, boost::system::error_code& ec);
+  boost::asio::awaitable<connection_ptr> acquire(std::size_t upstream, app::session_entry& session,
+                                                 boost::system::error_code& ec);
+  // A fresh connection, never from the idle list (connect_timeout applies).
+  boost::asio::awaitable<connection_ptr> connect(std::size_t upstream, app::session_entry& session,
+                                                 boost::system::error_code& ec);
   // Return a connection whose last exchange completed cleanly.
   void release(std::size_t upstream, connection_ptr c);
 

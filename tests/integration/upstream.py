@@ -148,6 +148,8 @@ def handle(conn):
         if path == "/download":
             n = int(q.get("bytes", "0"))
             conn.sock.sendall(f"HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n".encode())
+            if method == "HEAD":
+                n = 0
             block = bytes(range(256)) * 256
             while n > 0:
                 piece = block[: min(n, len(block))]
