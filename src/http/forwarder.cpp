@@ -85,7 +85,7 @@ bool is_upgrade_request(const bhttp::request_header<>& h) {
 }
 
 void build_upstream_request(const bhttp::request_header<>& h, const forward_context& ctx, std::string& out) {
-  out.append(h.method_string()).append(" ").append(h.target()).append(" HTTP/1.1\r\n");
+  out.append(h.method_string()).append(" ").append(ctx.target.empty() ? std::string_view(h.target()) : ctx.target).append(" HTTP/1.1\r\n");
   bool conn_tokens = has_connection_tokens(h);
   bool have_proto = false, have_fwd_host = false, have_id = false;
   std::string xff;
@@ -95,8 +95,8 @@ void build_upstream_request(const bhttp::request_header<>& h, const forward_cont
     auto name = f.name_string();
     if (always_hop_by_hop(id) || id == bhttp::field::expect) continue;
     if (id == bhttp::field::host) {
-      host = f.value();
-      append_field(out, name, f.value());
+      host = ctx.host.empty() ? std::string_view(f.value()) : ctx.host;
+      append_field(out, name, host);
       continue;
     }
     if (conn_tokens && named_in_connection(h, name)) continue;
@@ -118,6 +118,10 @@ void build_upstream_request(const bhttp::request_header<>& h, const forward_cont
       continue;
     }
     append_field(out, name, f.value());
+  }
+  if (host.empty() && !ctx.host.empty()) {
+    host = ctx.host;
+    append_field(out, "Host", host);
   }
   xff.append(xff.empty() ? "" : ", ").append(ctx.peer_ip);
   append_field(out, "X-Forwarded-For", xff);
@@ -186,14 +190,19 @@ void build_downstream_response(const bhttp::response_header<>& h, const response
   out.append("\r\n");
 }
 
-std::string make_request_id() {
+void make_request_id(std::string& id) {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   static constexpr char hex[] = "0123456789abcdef";
-  std::string id(32, '0');
+  id.resize(32);
   for (int half = 0; half < 2; ++half) {
     auto v = rng();
     for (int i = 0; i < 16; ++i) id[static_cast<std::size_t>(half * 16 + i)] = hex[(v >> (i * 4)) & 0xf];
   }
+}
+
+std::string make_request_id() {
+  std::string id;
+  make_request_id(id);
   return id;
 }
 

@@ -14,6 +14,8 @@ struct forward_context {
   std::string_view request_id;  // set when the request carries none
   bool upgrade = false;         // forward Upgrade/Connection: upgrade (WebSocket)
   body_framing framing;
+  std::string_view target;      // replaces the request target when set (absolute-form rewritten)
+  std::string_view host;        // replaces the Host value when set
 };
 
 // The request head sent upstream: HTTP/1.1, hop-by-hop fields (and those named in
@@ -44,5 +46,7 @@ bool is_upgrade_request(const boost::beast::http::request_header<>& h);
 
 // A random request id: 32 lowercase hex digits.
 std::string make_request_id();
+// The same, written into `out` (reusing its capacity: no allocation per request).
+void make_request_id(std::string& out);
 
 }  // namespace fg::http

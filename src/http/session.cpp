@@ -8,6 +8,7 @@
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
+#include <boost/url/parse.hpp>
 #include <spdlog/spdlog.h>
 
 #include <array>
@@ -151,6 +152,9 @@ class session {
   std::string request_id_;
   std::string path_;
   std::string client_key_;
+  std::string peer_key_;
+  std::shared_ptr<const app::runtime> peer_key_rt_;
+  std::string abs_host_, abs_target_;  // an absolute-form request, rewritten to origin-form
   body_framing framing_;
   int route_ = -1;
   std::uint64_t bytes_in_ = 0, bytes_out_ = 0;
@@ -318,7 +322,7 @@ asio::awaitable<session::outcome> session::handle() {
   request_id_.clear();
   client_key_.clear();
   if (auto in = incoming_request_id(req.base()); !in.empty()) request_id_.assign(in);
-  else request_id_ = make_request_id();
+  else make_request_id(request_id_);
 
   const char* why = "";
   auto framing = check_request_framing(req.base(), why);
@@ -332,7 +336,20 @@ asio::awaitable<session::outcome> session::handle() {
   if (cfg.http.max_body_bytes && framing_.type == body_framing::kind::length && framing_.length > cfg.http.max_body_bytes)
     co_return co_await send_local(413, false);
 
-  route_ = rt_->routes.match(req[bhttp::field::host], req.method_string(), path_);
+  // Absolute-form ("GET http://host/x"): its authority is the host (RFC 9112 §3.2.2),
+  // and upstream gets origin-form with a Host to match, so both see one host.
+  std::string_view host = req[bhttp::field::host];
+  abs_host_.clear();
+  abs_target_.clear();
+  if (req.target().front() != '/') {
+    auto u = boost::urls::parse_absolute_uri(req.target());
+    if (!u || u->encoded_host().empty()) co_return co_await send_local(400, false);
+    abs_host_.assign(u->encoded_host_and_port().data(), u->encoded_host_and_port().size());
+    abs_target_.assign(u->encoded_target().data(), u->encoded_target().size());
+    if (abs_target_.empty() || abs_target_.front() != '/') abs_target_.insert(0, "/");
+    host = abs_host_;
+  }
+  route_ = rt_->routes.match(host, req.method_string(), path_);
   if (route_ < 0) co_return co_await send_local(404, parser_->keep_alive() && !has_body, "{\"error\":\"no route\"}\n");
 
   // Identity: the peer unless it is a trusted proxy (then its forwarding headers).
@@ -349,7 +366,9 @@ asio::awaitable<session::outcome> session::handle() {
     }
     client_key_ = rt_->client_ip.resolve(peer_, std::span(fields.data(), n)).key;
   } else {
-    client_key_ = rt_->client_ip.key_of(peer_);
+    // The peer's key depends on the config (ipv6_prefix): cached per snapshot.
+    if (peer_key_rt_ != rt_) peer_key_ = rt_->client_ip.key_of(peer_), peer_key_rt_ = rt_;
+    client_key_ = peer_key_;
   }
 
   if (auto expect = req.find(bhttp::field::expect); expect != req.end()) {
@@ -380,6 +399,8 @@ asio::awaitable<session::outcome> session::forward() {
   fc.request_id = request_id_;
   fc.upgrade = upgrade;
   fc.framing = framing_;
+  fc.target = abs_target_;
+  fc.host = abs_host_;
   build_upstream_request(req.base(), fc, head_out_);
 
   // The first piece of the body is read before upstream is contacted: a malformed

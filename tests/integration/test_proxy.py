@@ -162,3 +162,20 @@ def test_expect_other_is_417(gateway):
 def test_upstream_status_and_reason_pass_through(gateway):
     r = gateway.request(get("/status?code=418"))
     assert r.status == 418 and r.reason == "Whatever"
+
+
+def test_absolute_form_target_is_rewritten(gateway_factory):
+    g = gateway_factory(routes="""  - name: only-api
+    match:
+      path_prefix: /
+      host: api.example.com
+    upstream: api
+""")
+    # The authority of an absolute-form target is the host, for routing and upstream alike.
+    r = g.request(b"GET http://api.example.com/echo?q=1 HTTP/1.1\r\nHost: other.example.com\r\n\r\n")
+    assert r.status == 200
+    seen = r.json()
+    hdr = {k.lower(): v for k, v in seen["headers"]}
+    assert seen["target"] == "/echo?q=1" and hdr["host"] == "api.example.com"
+    r = g.request(b"GET http://other.example.com/echo HTTP/1.1\r\nHost: api.example.com\r\n\r\n")
+    assert r.status == 404
