@@ -113,7 +113,8 @@ void yaml_reader::object::finish() {
   finished_ = true;
   std::vector<std::string> seen;
   for (auto it = node_.begin(); it != node_.end(); ++it) {
-    const auto& k = it->first;
+    // yaml-cpp's operator-> yields a temporary: copy the key node, never bind a reference.
+    YAML::Node k = it->first;
     if (!k.IsScalar()) {
       r_.error(k, "mapping keys must be plain strings");
       continue;
