@@ -10,6 +10,8 @@ namespace bhttp = boost::beast::http;
 head_scanner::state head_scanner::scan(std::string_view d) {
   for (; pos_ < d.size(); ++pos_) {
     char c = d[pos_];
+    // Fast path: printable bytes other than a space opening a line.
+    if (static_cast<unsigned char>(c) > '\r' && (c != ' ' || pos_ != line_start_)) continue;
     if (c == '\0') {
       error_ = "NUL byte in request head";
       return state::bad;

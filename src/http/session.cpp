@@ -147,6 +147,8 @@ class session {
   std::shared_ptr<const app::runtime> rt_;
   head_scanner scanner_;
   std::optional<request_parser> parser_;
+  std::optional<response_parser> rp_;
+  std::array<net::header_field, 16> ip_fields_;
   std::unique_ptr<char[]> body_buf_;
   std::string head_out_;
   std::string request_id_;
@@ -354,7 +356,7 @@ asio::awaitable<session::outcome> session::handle() {
 
   // Identity: the peer unless it is a trusted proxy (then its forwarding headers).
   if (rt_->client_ip.is_trusted(peer_)) {
-    std::array<net::header_field, 16> fields;
+    auto& fields = ip_fields_;
     std::size_t n = 0;
     for (const auto& f : req) {
       if (n == fields.size()) break;
@@ -484,7 +486,9 @@ asio::awaitable<session::outcome> session::forward() {
   }
 
   // Response head; 1xx other than 101 are consumed here.
-  std::optional<response_parser> rp;
+  // The parser lives in the session, not in this coroutine's frame: Asio recycles
+  // frames only up to ~1 KiB, a larger frame costs a malloc per request.
+  auto& rp = rp_;
   for (int attempt = 0;;) {
     rp.emplace();
     rp->header_limit(64 * 1024);
