@@ -1,5 +1,7 @@
 #include "http/forwarder.hpp"
 
+#include "util/text.hpp"
+
 #include <algorithm>
 #include <array>
 #include <charconv>
@@ -9,19 +11,10 @@ namespace fg::http {
 
 namespace bhttp = boost::beast::http;
 
+using util::iequals;
+using util::trim;
+
 namespace {
-
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-         });
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
 
 template <class F>
 void for_each_token(std::string_view v, F&& f) {

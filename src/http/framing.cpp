@@ -1,5 +1,7 @@
 #include "http/framing.hpp"
 
+#include "util/text.hpp"
+
 #include <algorithm>
 #include <charconv>
 
@@ -51,19 +53,10 @@ head_scanner::state head_scanner::scan(std::string_view d) {
   return state::need_more;
 }
 
+using util::iequals;
+using util::trim;
+
 namespace {
-
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-         });
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
 
 }  // namespace
 

@@ -1,15 +1,14 @@
 #include "net/cidr.hpp"
 
+#include "util/text.hpp"
+
 #include <charconv>
 
 namespace fg::net {
-namespace {
+using util::iequals;
+using util::trim;
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
+namespace {
 
 std::optional<address> parse_plain(std::string_view s) {
   // make_address wants a NUL-terminated string; addresses are short.

@@ -1,23 +1,16 @@
 #include "net/client_ip.hpp"
 
+#include "util/text.hpp"
+
 #include <boost/asio/ip/network_v6.hpp>
 
 #include <algorithm>
 
 namespace fg::net {
+using util::iequals;
+using util::trim;
+
 namespace {
-
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-         });
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
 
 // Splits on commas outside quoted strings (with `quotes`; X-Forwarded-For has no
 // quoted-string syntax, and honouring quotes there would let a client's unbalanced

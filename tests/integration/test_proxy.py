@@ -179,3 +179,40 @@ def test_absolute_form_target_is_rewritten(gateway_factory):
     assert seen["target"] == "/echo?q=1" and hdr["host"] == "api.example.com"
     r = g.request(b"GET http://other.example.com/echo HTTP/1.1\r\nHost: api.example.com\r\n\r\n")
     assert r.status == 404
+
+
+def test_access_log_json(gateway_factory):
+    import json
+    g = gateway_factory(access_log="file", log_format="json")
+    assert g.request(get("/echo?j=1", extra="X-Request-Id: json-7\r\n")).status == 200
+    g.stop()
+    rec = json.loads(g.access_log.read_text().strip().splitlines()[-1])
+    assert rec["request_id"] == "json-7" and rec["status"] == 200 and rec["target"] == "/echo?j=1"
+    assert rec["method"] == "GET" and rec["client_ip"] == "127.0.0.1" and rec["route"] == "all"
+    assert rec["upstream_ms"] >= 0 and rec["bytes_out"] > 0
+
+
+def test_stale_pooled_connection_is_retried_for_idempotent_requests(gateway, upstream):
+    import time
+    upstream.reset()
+    with gateway.connect() as s:
+        rd = Reader(s)
+        s.sendall(get("/close-after?ms=50"))
+        assert read_response(s, reader=rd).body == b"bye"
+        time.sleep(0.3)  # the pooled upstream connection is now closed by the upstream
+        s.sendall(get("/echo?after=stale"))
+        r = read_response(s, reader=rd)
+        assert r.status == 200 and r.json()["target"] == "/echo?after=stale"
+    assert upstream.stats()["connections"] == 2
+
+
+def test_stale_pooled_connection_is_not_retried_for_post(gateway, upstream):
+    import time
+    with gateway.connect() as s:
+        rd = Reader(s)
+        s.sendall(get("/close-after?ms=50"))
+        assert read_response(s, reader=rd).status == 200
+        time.sleep(0.3)
+        s.sendall(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
+        # a POST may have had effects upstream: never replayed, answered 502
+        assert read_response(s, reader=rd).status == 502

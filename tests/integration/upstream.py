@@ -11,6 +11,7 @@ Endpoints (any method):
   /close-delimited  HTTP/1.1 response with neither length nor chunking, ends by closing
   /ws               WebSocket handshake, then echoes every frame back
   /status?code=N    answers status N
+  /close-after?ms=N answers, then closes the idle connection after N ms
 Control, on a second port so it is never counted: GET /__stats -> {"connections",
 "requests", "bytes"}; GET /__reset.
 Prints "PORT <main> <control>" on stdout once listening.
@@ -179,6 +180,11 @@ def handle(conn):
             conn.sock.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                               b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n")
             ws_echo(conn)
+            return
+        elif path == "/close-after":
+            # a keep-alive answer, then the connection is closed while idle (a stale pooled connection)
+            respond(conn.sock, 200, b"bye")
+            time.sleep(int(q.get("ms", "100")) / 1000)
             return
         elif path == "/status":
             code = int(q.get("code", "200"))
