@@ -58,18 +58,46 @@ void append_field(std::string& out, std::string_view name, std::string_view valu
   out.append(name).append(": ").append(value).append("\r\n");
 }
 
-bool has_connection_tokens(const bhttp::fields& h) { return h.find(bhttp::field::connection) != h.end(); }
+// The names listed in Connection, collected in one pass. The hop-by-hop names that are
+// removed anyway (close, keep-alive, upgrade) are left out, so the usual list is empty.
+class connection_tokens {
+ public:
+  explicit connection_tokens(const bhttp::fields& h) {
+    for (auto it = h.find(bhttp::field::connection); it != h.end() && it->name() == bhttp::field::connection; ++it)
+      for_each_token(it->value(), [&](std::string_view t) {
+        if (iequals(t, "close") || iequals(t, "keep-alive") || iequals(t, "upgrade")) return;
+        if (n_ < names_.size()) names_[n_++] = t;
+        else overflow_ = true;
+      });
+    fields_ = &h;
+  }
+  bool empty() const { return n_ == 0 && !overflow_; }
+  bool contains(std::string_view name) const {
+    for (std::size_t i = 0; i < n_; ++i)
+      if (iequals(names_[i], name)) return true;
+    return overflow_ && named_in_connection(*fields_, name);
+  }
+
+ private:
+  std::array<std::string_view, 16> names_;
+  std::size_t n_ = 0;
+  bool overflow_ = false;
+  const bhttp::fields* fields_ = nullptr;
+};
 
 }  // namespace
 
-std::string_view incoming_request_id(const bhttp::request_header<>& h) {
-  auto it = h.find("x-request-id");
-  if (it == h.end()) return {};
-  auto v = trim(it->value());
+std::string_view usable_request_id(std::string_view value) {
+  auto v = trim(value);
   if (v.empty() || v.size() > 128) return {};
   for (char c : v)
     if (static_cast<unsigned char>(c) <= 0x20 || static_cast<unsigned char>(c) >= 0x7f) return {};
   return v;
+}
+
+std::string_view incoming_request_id(const bhttp::request_header<>& h) {
+  auto it = h.find("x-request-id");
+  return it == h.end() ? std::string_view() : usable_request_id(it->value());
 }
 
 bool is_upgrade_request(const bhttp::request_header<>& h) {
@@ -79,8 +107,9 @@ bool is_upgrade_request(const bhttp::request_header<>& h) {
 
 void build_upstream_request(const bhttp::request_header<>& h, const forward_context& ctx, std::string& out) {
   out.append(h.method_string()).append(" ").append(ctx.target.empty() ? std::string_view(h.target()) : ctx.target).append(" HTTP/1.1\r\n");
-  bool conn_tokens = has_connection_tokens(h);
-  bool have_proto = false, have_fwd_host = false, have_id = false;
+  connection_tokens conn(h);
+  bool have_proto = false, have_fwd_host = false;
+  std::string_view incoming_id;
   std::string xff;
   std::string_view host;
   for (const auto& f : h) {
@@ -92,7 +121,7 @@ void build_upstream_request(const bhttp::request_header<>& h, const forward_cont
       append_field(out, name, host);
       continue;
     }
-    if (conn_tokens && named_in_connection(h, name)) continue;
+    if (!conn.empty() && conn.contains(name)) continue;
     if (iequals(name, "x-forwarded-for")) {
       auto v = trim(f.value());
       if (!v.empty()) xff.append(xff.empty() ? "" : ", ").append(v);
@@ -105,9 +134,8 @@ void build_upstream_request(const bhttp::request_header<>& h, const forward_cont
       if (!ctx.peer_trusted || have_fwd_host) continue;
       have_fwd_host = true;
     } else if (iequals(name, "x-request-id")) {
-      if (have_id || incoming_request_id(h).empty()) continue;
-      have_id = true;
-      append_field(out, name, incoming_request_id(h));
+      // Restated once below: the request's own id when usable, else ctx.request_id.
+      if (incoming_id.empty()) incoming_id = usable_request_id(f.value());
       continue;
     }
     append_field(out, name, f.value());
@@ -120,7 +148,8 @@ void build_upstream_request(const bhttp::request_header<>& h, const forward_cont
   append_field(out, "X-Forwarded-For", xff);
   if (!have_proto) append_field(out, "X-Forwarded-Proto", "http");
   if (!have_fwd_host && !host.empty()) append_field(out, "X-Forwarded-Host", host);
-  if (!have_id && !ctx.request_id.empty()) append_field(out, "X-Request-Id", ctx.request_id);
+  if (!incoming_id.empty()) append_field(out, "X-Request-Id", incoming_id);
+  else if (!ctx.request_id.empty()) append_field(out, "X-Request-Id", ctx.request_id);
   if (ctx.upgrade) {
     append_field(out, "Connection", "Upgrade");
     append_field(out, "Upgrade", h[bhttp::field::upgrade]);
@@ -153,10 +182,10 @@ void build_downstream_response(const bhttp::response_header<>& h, const response
   auto reason = h.reason();
   if (reason.empty()) reason = bhttp::obsolete_reason(h.result());
   out.append(reason).append("\r\n");
-  bool conn_tokens = has_connection_tokens(h);
+  connection_tokens conn(h);
   for (const auto& f : h) {
     if (always_hop_by_hop(f.name())) continue;
-    if (conn_tokens && named_in_connection(h, f.name_string())) continue;
+    if (!conn.empty() && conn.contains(f.name_string())) continue;
     append_field(out, f.name_string(), f.value());
   }
   switch (ctx.framing) {

@@ -25,6 +25,8 @@ void build_upstream_request(const boost::beast::http::request_header<>& h, const
 
 // The request's X-Request-Id if it is usable (short, visible ASCII), else empty.
 std::string_view incoming_request_id(const boost::beast::http::request_header<>& h);
+// The same test on one value.
+std::string_view usable_request_id(std::string_view value);
 
 enum class response_framing { none, length, chunked, close_delimited };
 

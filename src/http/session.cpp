@@ -156,7 +156,8 @@ class session {
   std::string client_key_;
   std::string peer_key_;
   std::shared_ptr<const app::runtime> peer_key_rt_;
-  std::string abs_host_, abs_target_;  // an absolute-form request, rewritten to origin-form
+  std::string abs_host_, abs_target_;
+  bool has_upgrade_ = false;  // an absolute-form request, rewritten to origin-form
   body_framing framing_;
   int route_ = -1;
   std::uint64_t bytes_in_ = 0, bytes_out_ = 0;
@@ -323,7 +324,23 @@ asio::awaitable<session::outcome> session::handle() {
   const auto& cfg = *rt_->cfg;
   request_id_.clear();
   client_key_.clear();
-  if (auto in = incoming_request_id(req.base()); !in.empty()) request_id_.assign(in);
+  // One pass over the fields for what this function needs (each find() is a tree walk).
+  std::string_view host, expect, incoming_id;
+  bool has_expect = false;
+  has_upgrade_ = false;
+  for (const auto& f : req) {
+    switch (f.name()) {
+      case bhttp::field::host: host = f.value(); break;
+      case bhttp::field::expect: expect = f.value(), has_expect = true; break;
+      case bhttp::field::upgrade: has_upgrade_ = true; break;
+      case bhttp::field::unknown:
+        if (incoming_id.empty() && beast::iequals(f.name_string(), "x-request-id"))
+          incoming_id = usable_request_id(f.value());
+        break;
+      default: break;
+    }
+  }
+  if (!incoming_id.empty()) request_id_.assign(incoming_id);
   else make_request_id(request_id_);
 
   const char* why = "";
@@ -340,7 +357,6 @@ asio::awaitable<session::outcome> session::handle() {
 
   // Absolute-form ("GET http://host/x"): its authority is the host (RFC 9112 §3.2.2),
   // and upstream gets origin-form with a Host to match, so both see one host.
-  std::string_view host = req[bhttp::field::host];
   abs_host_.clear();
   abs_target_.clear();
   if (req.target().front() != '/') {
@@ -373,8 +389,8 @@ asio::awaitable<session::outcome> session::handle() {
     client_key_ = peer_key_;
   }
 
-  if (auto expect = req.find(bhttp::field::expect); expect != req.end()) {
-    if (!beast::iequals(expect->value(), "100-continue")) co_return co_await send_local(417, false);
+  if (has_expect) {
+    if (!beast::iequals(expect, "100-continue")) co_return co_await send_local(417, false);
     if (has_body && req.version() >= 11) {
       static constexpr std::string_view cont = "HTTP/1.1 100 Continue\r\n\r\n";
       std::array<asio::const_buffer, 1> bufs{asio::buffer(cont)};
@@ -391,7 +407,7 @@ asio::awaitable<session::outcome> session::forward() {
   const auto& up_cfg = cfg.upstreams[route.upstream_index];
   const bool has_body = framing_.type != body_framing::kind::none;
   const bool chunked = framing_.type == body_framing::kind::chunked;
-  const bool upgrade = is_upgrade_request(req.base()) && !has_body;
+  const bool upgrade = has_upgrade_ && !has_body && is_upgrade_request(req.base());
   const bool retry_safe = is_idempotent(req.method()) && !has_body;
 
   head_out_.clear();

@@ -261,9 +261,8 @@ TEST_CASE("build_upstream_request: X-Request-Id", "[forwarder]") {
   c.request_id = "0123456789abcdef0123456789abcdef";
   const std::string generated = "X-Request-Id: 0123456789abcdef0123456789abcdef";
 
-  SECTION("valid incoming id kept in place") {
+  SECTION("valid incoming id kept (restated once, after the forwarding headers)") {
     auto h = split_head(upstream("GET / HTTP/1.1\r\nX-Request-Id: abc-123\r\nHost: a\r\n\r\n", c));
-    CHECK(h.l[1] == "X-Request-Id: abc-123");
     CHECK(named(h, "X-Request-Id") == lines{"X-Request-Id: abc-123"});
   }
   SECTION("128 characters is still valid") {
