@@ -8,6 +8,7 @@
 #include "app/runtime.hpp"
 
 namespace fg::upstream { class pool; }
+namespace fg::limit { class memory_store; }
 namespace fg::obs { class access_log; }
 
 namespace fg::app {
@@ -37,6 +38,8 @@ struct session_entry {
 struct worker_context {
   std::shared_ptr<const runtime> rt;
   upstream::pool* pool = nullptr;
+  limit::memory_store* memory = nullptr;  // shared by all workers (thread-safe)
+  std::uint64_t next_lease = 0;
   std::shared_ptr<obs::access_log> access;
   std::list<session_entry> sessions;
   bool draining = false;

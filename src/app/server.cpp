@@ -9,6 +9,7 @@
 #include <atomic>
 #include <thread>
 
+#include "limit/memory_store.hpp"
 #include "obs/access_log.hpp"
 
 namespace fg::app {
@@ -38,8 +39,9 @@ int server::run() {
 
   unsigned n = cfg.workers ? cfg.workers : std::max(1u, std::thread::hardware_concurrency());
   auto access = obs::access_log::open(cfg.log);
+  limit::memory_store memory;
   std::vector<std::unique_ptr<worker>> workers;
-  for (unsigned i = 0; i < n; ++i) workers.push_back(std::make_unique<worker>(i, rt_, access));
+  for (unsigned i = 0; i < n; ++i) workers.push_back(std::make_unique<worker>(i, rt_, access, &memory));
   for (auto& w : workers) w->start(listener.native_handle());
   spdlog::info("floodgate listening on {} with {} worker(s), {} route(s)", cfg.listen.str(), n, cfg.routes.size());
 

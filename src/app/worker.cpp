@@ -18,13 +18,17 @@ namespace fg::app {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 
-worker::worker(unsigned id, std::shared_ptr<const runtime> rt, std::shared_ptr<obs::access_log> access)
+worker::worker(unsigned id, std::shared_ptr<const runtime> rt, std::shared_ptr<obs::access_log> access,
+               limit::memory_store* memory)
     // One thread per io_context: socket I/O needs no locking (posts from other threads still do).
     : ioc_(std::make_unique<asio::io_context>(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO)), pool_(std::make_unique<upstream::pool>(ioc_->get_executor())) {
   ctx_.id = id;
   ctx_.rt = std::move(rt);
   ctx_.pool = pool_.get();
   ctx_.access = std::move(access);
+  ctx_.memory = memory;
+  // Lease ids unique across workers: the worker id in the top bits.
+  ctx_.next_lease = static_cast<std::uint64_t>(id) << 48;
   pool_->configure(ctx_.rt->cfg->upstreams);
 }
 

@@ -14,7 +14,8 @@ namespace fg::app {
 // owns every connection it accepts, its upstream pool, and (later) its Redis client.
 class worker {
  public:
-  worker(unsigned id, std::shared_ptr<const runtime> rt, std::shared_ptr<obs::access_log> access);
+  worker(unsigned id, std::shared_ptr<const runtime> rt, std::shared_ptr<obs::access_log> access,
+         limit::memory_store* memory);
   ~worker();
 
   // `listen_fd` is duplicated; the worker's thread starts.

@@ -19,6 +19,9 @@
 #include "http/framing.hpp"
 #include "http/responses.hpp"
 #include "http/tunnel.hpp"
+#include "limit/headers.hpp"
+#include "limit/keys.hpp"
+#include "limit/memory_store.hpp"
 #include "obs/access_log.hpp"
 #include "upstream/pool.hpp"
 
@@ -127,7 +130,11 @@ class session {
   asio::awaitable<outcome> read_head(bool first);
   asio::awaitable<outcome> handle();
   asio::awaitable<outcome> forward();
-  asio::awaitable<outcome> send_local(unsigned status, bool keep_alive, std::string_view body = {});
+  // Evaluates the route's limits; returns an outcome when the request was answered here.
+  asio::awaitable<std::optional<outcome>> apply_limits(const config::route_config& route);
+  void release_leases();
+  asio::awaitable<outcome> send_local(unsigned status, bool keep_alive, std::string_view body = {},
+                                      std::string_view extra = {}, std::string_view content_type = {});
   asio::awaitable<void> lingering_close();
   asio::awaitable<error_code> write_down(std::span<const asio::const_buffer> bufs);
   asio::awaitable<error_code> write_up(upstream::connection& up, std::span<const asio::const_buffer> bufs,
@@ -157,7 +164,14 @@ class session {
   std::string peer_key_;
   std::shared_ptr<const app::runtime> peer_key_rt_;
   std::string abs_host_, abs_target_;
-  bool has_upgrade_ = false;  // an absolute-form request, rewritten to origin-form
+  bool has_upgrade_ = false;
+  // Limits of the current request (evaluated, in route order) and what they said.
+  std::vector<limit::check> checks_;
+  std::vector<const config::limit_config*> check_cfgs_;
+  std::vector<limit::decision> decisions_;
+  std::string rate_headers_;  // for the upstream's response
+  std::uint64_t lease_ = 0;
+  bool leases_held_ = false;  // an absolute-form request, rewritten to origin-form
   body_framing framing_;
   int route_ = -1;
   std::uint64_t bytes_in_ = 0, bytes_out_ = 0;
@@ -277,7 +291,8 @@ asio::awaitable<error_code> session::write_up(upstream::connection& up, std::spa
   co_return timed(*entry_, ec);
 }
 
-asio::awaitable<session::outcome> session::send_local(unsigned status, bool keep_alive, std::string_view body) {
+asio::awaitable<session::outcome> session::send_local(unsigned status, bool keep_alive, std::string_view body,
+                                                     std::string_view extra, std::string_view content_type) {
   bool head = parser_ && parser_->is_header_done() && parser_->get().method() == bhttp::verb::head;
   keep_alive = keep_alive && !ctx_.draining;
   local_response r;
@@ -286,6 +301,8 @@ asio::awaitable<session::outcome> session::send_local(unsigned status, bool keep
   r.keep_alive = keep_alive;
   r.request_id = request_id_;
   r.head = head;
+  r.extra = extra;
+  if (!content_type.empty()) r.content_type = content_type;
   auto text = render(r);
   if (parser_ && parser_->is_header_done()) log_request(status);
   else if (requests_ == 0 || buffer_.size()) {
@@ -389,6 +406,12 @@ asio::awaitable<session::outcome> session::handle() {
     client_key_ = peer_key_;
   }
 
+  rate_headers_.clear();
+  if (!cfg.routes[static_cast<std::size_t>(route_)].limits.empty()) {
+    auto answered = co_await apply_limits(cfg.routes[static_cast<std::size_t>(route_)]);
+    if (answered) co_return *answered;
+  }
+
   if (has_expect) {
     if (!beast::iequals(expect, "100-continue")) co_return co_await send_local(417, false);
     if (has_body && req.version() >= 11) {
@@ -397,7 +420,78 @@ asio::awaitable<session::outcome> session::handle() {
       if (co_await write_down(bufs)) co_return outcome::closed;
     }
   }
-  co_return co_await forward();
+  auto o = co_await forward();
+  release_leases();
+  co_return o;
+}
+
+namespace {
+std::optional<std::string_view> lookup_header(const void* ctx, std::string_view name) {
+  const auto& h = *static_cast<const bhttp::fields*>(ctx);
+  auto it = h.find(name);
+  if (it == h.end()) return std::nullopt;
+  return std::string_view(it->value());
+}
+}  // namespace
+
+asio::awaitable<std::optional<session::outcome>> session::apply_limits(const config::route_config& route) {
+  const auto& req = parser_->get();
+  const auto& cfg = *rt_->cfg;
+  limit::request_parts parts;
+  parts.client = client_key_;
+  std::string_view target = req.target();
+  if (auto q = target.find('?'); q != std::string_view::npos) parts.query = target.substr(q + 1);
+  parts.header = &lookup_header;
+  parts.header_ctx = static_cast<const bhttp::fields*>(&req.base());
+  checks_.clear();
+  check_cfgs_.clear();
+  for (const auto& l : route.limits) {
+    auto key = limit::build_key(cfg.redis.key_prefix, route.name, l, parts);
+    if (!key) continue;  // on_missing_key: skip
+    checks_.push_back({&l, std::move(*key), l.cost});
+    check_cfgs_.push_back(&l);
+  }
+  decisions_.assign(checks_.size(), limit::decision{});
+  if (checks_.empty()) co_return std::nullopt;
+  lease_ = ++ctx_.next_lease;
+  auto r = ctx_.memory->evaluate(checks_, decisions_, limit::memory_store::now_ms(), lease_);
+  if (r != limit::memory_store::result::ok) {
+    // The store could not answer: the route's failure policy decides.
+    if (route.store_error == config::on_store_error::deny) {
+      bool has_body = framing_.type != body_framing::kind::none;
+      co_return co_await send_local(503, parser_->keep_alive() && !has_body, {}, "Retry-After: 1\r\n");
+    }
+    co_return std::nullopt;
+  }
+  bool denied = false;
+  for (std::size_t i = 0; i < checks_.size(); ++i) {
+    if (decisions_[i].allowed) continue;
+    if (check_cfgs_[i]->shadow) {
+      spdlog::info("shadow limit {}/{} would deny {} (retry in {}ms)", route.name, check_cfgs_[i]->name, client_key_,
+                   decisions_[i].retry_ms);
+      continue;
+    }
+    denied = true;
+  }
+  std::string headers;
+  limit::append_rate_headers(headers, route.response.headers, check_cfgs_, decisions_, denied);
+  if (denied) {
+    bool has_body = framing_.type != body_framing::kind::none;
+    co_return co_await send_local(route.response.status, parser_->keep_alive() && !has_body, route.response.body,
+                                  headers, route.response.content_type);
+  }
+  leases_held_ = std::any_of(check_cfgs_.begin(), check_cfgs_.end(),
+                             [](auto* l) { return l->algo == config::algorithm::concurrency; });
+  rate_headers_ = std::move(headers);
+  co_return std::nullopt;
+}
+
+void session::release_leases() {
+  if (!leases_held_) return;
+  leases_held_ = false;
+  for (std::size_t i = 0; i < checks_.size(); ++i)
+    if (check_cfgs_[i]->algo == config::algorithm::concurrency && decisions_[i].allowed)
+      ctx_.memory->release(checks_[i].key, lease_);
 }
 
 asio::awaitable<session::outcome> session::forward() {
@@ -568,6 +662,7 @@ asio::awaitable<session::outcome> session::forward() {
     co_return co_await send_local(502, false);
   }
   if (tunnel) rc.keep_alive = false;
+  rc.extra = rate_headers_;
   head_out_.clear();
   build_downstream_response(res.base(), rc, head_out_);
   upstream_ms_ = std::chrono::duration<double, std::milli>(clock::now() - t0).count();

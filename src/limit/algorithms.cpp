@@ -1,0 +1,189 @@
+#include "limit/algorithms.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace fg::limit {
+namespace {
+
+using config::algorithm;
+
+std::int64_t ceil_ms(double v) { return static_cast<std::int64_t>(std::ceil(v - 1e-9)); }
+
+decision fixed_window(const config::limit_config& c, key_state& s, std::int64_t now, std::uint64_t cost, bool commit) {
+  const auto w = c.window.count();
+  // The window starts with the first admitted request and ends with the key (TTL).
+  const bool live = s.expires_at > now;
+  const std::int64_t end = live ? s.expires_at : now + w;
+  decision d;
+  d.limit = c.limit;
+  d.reset_ms = end - now;
+  auto used = live ? static_cast<std::uint64_t>(s.count) : 0;
+  if (used + cost > c.limit) {
+    d.allowed = false;
+    d.remaining = c.limit > used ? c.limit - used : 0;
+    d.retry_ms = d.reset_ms;
+    return d;
+  }
+  d.remaining = c.limit - used - cost;
+  if (commit) {
+    s.count = static_cast<std::int64_t>(used + cost);
+    s.expires_at = end;
+  }
+  return d;
+}
+
+decision sliding_log(const config::limit_config& c, key_state& s, std::int64_t now, std::uint64_t cost, bool commit) {
+  const auto w = c.window.count();
+  auto& log = s.log;
+  log.erase(log.begin(), std::upper_bound(log.begin(), log.end(), now - w));
+  decision d;
+  d.limit = c.limit;
+  d.reset_ms = log.empty() ? 0 : log.front() + w - now;
+  if (log.size() + cost > c.limit) {
+    d.allowed = false;
+    d.remaining = c.limit > log.size() ? c.limit - log.size() : 0;
+    // The k-th oldest entry must leave before `cost` more fit.
+    auto k = log.size() + cost - c.limit;
+    d.retry_ms = k <= log.size() ? log[k - 1] + w - now : w;
+    return d;
+  }
+  d.remaining = c.limit - log.size() - cost;
+  // Whole again when the oldest entry (this one, if the log was empty) leaves.
+  d.reset_ms = (log.empty() ? now : log.front()) + w - now;
+  if (commit) {
+    log.insert(log.end(), cost, now);
+    s.expires_at = now + w;
+  }
+  return d;
+}
+
+decision sliding_window(const config::limit_config& c, key_state& s, std::int64_t now, std::uint64_t cost, bool commit) {
+  const auto w = c.window.count();
+  const auto idx = now / w;
+  const auto elapsed = now % w;
+  std::int64_t curr = 0, prev = 0;
+  if (s.bucket == idx) curr = s.count, prev = s.previous;
+  else if (s.bucket == idx - 1) prev = s.count;
+  double weight = static_cast<double>(w - elapsed) / static_cast<double>(w);
+  double estimate = static_cast<double>(prev) * weight + static_cast<double>(curr);
+  decision d;
+  d.limit = c.limit;
+  d.reset_ms = w - elapsed;
+  const double limit = static_cast<double>(c.limit);
+  if (estimate + static_cast<double>(cost) > limit + 1e-9) {
+    d.allowed = false;
+    d.remaining = static_cast<std::uint64_t>(std::max(0.0, std::floor(limit - estimate)));
+    // prev * (w - t) / w + curr + cost <= limit  =>  t >= w - (limit - curr - cost) * w / prev
+    double room = limit - static_cast<double>(curr) - static_cast<double>(cost);
+    if (prev > 0 && room >= 0) {
+      double t = static_cast<double>(w) - room * static_cast<double>(w) / static_cast<double>(prev);
+      d.retry_ms = std::max<std::int64_t>(1, ceil_ms(t - static_cast<double>(elapsed)));
+    } else {
+      d.retry_ms = w - elapsed;
+    }
+    return d;
+  }
+  d.remaining = static_cast<std::uint64_t>(std::max(0.0, std::floor(limit - estimate - static_cast<double>(cost))));
+  if (commit) {
+    s.bucket = idx;
+    s.count = curr + static_cast<std::int64_t>(cost);
+    s.previous = prev;
+    s.expires_at = (idx + 2) * w;
+  }
+  return d;
+}
+
+decision token_bucket(const config::limit_config& c, key_state& s, std::int64_t now, std::uint64_t cost, bool commit) {
+  const double rate = static_cast<double>(c.rate_.count) / static_cast<double>(c.rate_.per.count());  // per ms
+  const double burst = static_cast<double>(c.burst);
+  double tokens = burst;
+  if (s.expires_at > now) tokens = std::min(burst, s.tokens + (static_cast<double>(now) - s.stamp) * rate);
+  decision d;
+  d.limit = c.burst;
+  const double need = static_cast<double>(cost);
+  if (tokens + 1e-9 < need) {
+    d.allowed = false;
+    d.remaining = static_cast<std::uint64_t>(std::floor(tokens + 1e-9));
+    d.retry_ms = std::max<std::int64_t>(1, ceil_ms((need - tokens) / rate));
+    d.reset_ms = ceil_ms((burst - tokens) / rate);
+    return d;
+  }
+  tokens -= need;
+  d.remaining = static_cast<std::uint64_t>(std::floor(tokens + 1e-9));
+  d.reset_ms = ceil_ms((burst - tokens) / rate);
+  if (commit) {
+    s.tokens = tokens;
+    s.stamp = static_cast<double>(now);
+    s.expires_at = now + d.reset_ms + 1;
+  }
+  return d;
+}
+
+decision gcra(const config::limit_config& c, key_state& s, std::int64_t now, std::uint64_t cost, bool commit) {
+  const double t = static_cast<double>(c.rate_.per.count()) / static_cast<double>(c.rate_.count);  // ms per unit
+  const double tolerance = t * static_cast<double>(c.burst);
+  const double n = static_cast<double>(now);
+  double tat = s.expires_at > now ? std::max(s.stamp, n) : n;
+  double new_tat = tat + t * static_cast<double>(cost);
+  double allow_at = new_tat - tolerance;
+  decision d;
+  d.limit = c.burst;
+  if (n + 1e-9 < allow_at) {
+    d.allowed = false;
+    d.retry_ms = std::max<std::int64_t>(1, ceil_ms(allow_at - n));
+    d.remaining = static_cast<std::uint64_t>(std::max(0.0, std::floor((n - (tat - tolerance)) / t + 1e-9)));
+    d.reset_ms = ceil_ms(tat - n);
+    return d;
+  }
+  d.remaining = static_cast<std::uint64_t>(std::max(0.0, std::floor((n - (new_tat - tolerance)) / t + 1e-9)));
+  d.reset_ms = ceil_ms(new_tat - n);
+  if (commit) {
+    s.stamp = new_tat;
+    s.expires_at = now + d.reset_ms + 1;
+  }
+  return d;
+}
+
+decision concurrency(const config::limit_config& c, key_state& s, std::int64_t now, bool commit, std::uint64_t lease) {
+  auto& l = s.leases;
+  l.erase(std::remove_if(l.begin(), l.end(), [&](const auto& e) { return e.second <= now; }), l.end());
+  decision d;
+  d.limit = c.limit;
+  d.reset_ms = 0;
+  if (l.size() + 1 > c.limit) {
+    d.allowed = false;
+    d.remaining = 0;
+    // Leases end when responses do; nothing tells when. A second is a fair retry hint.
+    d.retry_ms = 1000;
+    return d;
+  }
+  d.remaining = c.limit - l.size() - 1;
+  if (commit) {
+    l.emplace_back(lease, now + c.window.count());
+    s.expires_at = std::max(s.expires_at, now + c.window.count());
+  }
+  return d;
+}
+
+}  // namespace
+
+decision evaluate(const config::limit_config& cfg, key_state& s, std::int64_t now, std::uint64_t cost, bool commit,
+                  std::uint64_t lease) {
+  switch (cfg.algo) {
+    case algorithm::fixed_window: return fixed_window(cfg, s, now, cost, commit);
+    case algorithm::sliding_log: return sliding_log(cfg, s, now, cost, commit);
+    case algorithm::sliding_window: return sliding_window(cfg, s, now, cost, commit);
+    case algorithm::token_bucket: return token_bucket(cfg, s, now, cost, commit);
+    case algorithm::gcra: return gcra(cfg, s, now, cost, commit);
+    case algorithm::concurrency: return concurrency(cfg, s, now, commit, lease);
+  }
+  return {};
+}
+
+void release_lease(key_state& s, std::uint64_t lease) {
+  auto& l = s.leases;
+  l.erase(std::remove_if(l.begin(), l.end(), [&](const auto& e) { return e.first == lease; }), l.end());
+}
+
+}  // namespace fg::limit

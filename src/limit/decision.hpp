@@ -1,0 +1,15 @@
+#pragma once
+#include <cstdint>
+
+namespace fg::limit {
+
+// What one limit says about one request. Times are milliseconds from now.
+struct decision {
+  bool allowed = true;
+  std::uint64_t limit = 0;      // quota (limit, or burst for rate-based algorithms)
+  std::uint64_t remaining = 0;  // quota left after this request (if allowed)
+  std::int64_t reset_ms = 0;    // until the quota is whole again / the window ends
+  std::int64_t retry_ms = 0;    // when denied: until a retry can succeed
+};
+
+}  // namespace fg::limit

@@ -1,0 +1,108 @@
+#include "limit/keys.hpp"
+
+#include <cstdio>
+
+#include "util/text.hpp"
+
+namespace fg::limit {
+
+namespace {
+
+bool unsafe(unsigned char c) {
+  return c <= 0x20 || c >= 0x7f || c == '{' || c == '}' || c == ':' || c == '|' || c == '%';
+}
+
+// FNV-1a, twice with different offsets: stable across builds and machines, so every
+// gateway instance derives the same key.
+std::string digest(std::string_view v) {
+  std::uint64_t a = 14695981039346656037ull, b = 1099511628211ull * 31;
+  for (unsigned char c : v) {
+    a = (a ^ c) * 1099511628211ull;
+    b = (b ^ c) * 1099511628211ull + 0x9e3779b97f4a7c15ull;
+  }
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "#%016llx%016llx", static_cast<unsigned long long>(a),
+                static_cast<unsigned long long>(b));
+  return buf;
+}
+
+}  // namespace
+
+void append_encoded(std::string& out, std::string_view value) {
+  static constexpr char hex[] = "0123456789ABCDEF";
+  for (unsigned char c : value) {
+    if (!unsafe(c)) {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 0xf];
+    }
+  }
+}
+
+std::optional<std::string_view> query_param(std::string_view query, std::string_view name) {
+  while (!query.empty()) {
+    auto amp = query.find('&');
+    auto pair = query.substr(0, amp);
+    auto eq = pair.find('=');
+    if (pair.substr(0, eq) == name) return eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
+    if (amp == std::string_view::npos) break;
+    query.remove_prefix(amp + 1);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string_view> cookie_value(std::string_view header, std::string_view name) {
+  while (!header.empty()) {
+    auto semi = header.find(';');
+    auto pair = util::trim(header.substr(0, semi));
+    auto eq = pair.find('=');
+    if (eq != std::string_view::npos && util::trim(pair.substr(0, eq)) == name) {
+      auto v = util::trim(pair.substr(eq + 1));
+      if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
+      return v;
+    }
+    if (semi == std::string_view::npos) break;
+    header.remove_prefix(semi + 1);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> build_key(std::string_view prefix, std::string_view route, const config::limit_config& l,
+                                     const request_parts& r) {
+  using kind = config::key_source::kind;
+  std::string identity;
+  bool first = true;
+  for (const auto& src : l.key) {
+    std::optional<std::string_view> v;
+    switch (src.type) {
+      case kind::global: v = "*"; break;
+      case kind::ip: v = r.client; break;
+      case kind::header: v = r.header ? r.header(r.header_ctx, src.name) : std::nullopt; break;
+      case kind::query: v = query_param(r.query, src.name); break;
+      case kind::cookie: {
+        auto c = r.header ? r.header(r.header_ctx, "Cookie") : std::nullopt;
+        if (c) v = cookie_value(*c, src.name);
+        break;
+      }
+    }
+    if (v && v->empty() && src.type != kind::global) v.reset();
+    if (!first) identity += '|';
+    first = false;
+    if (!v) {
+      if (l.missing_key == config::on_missing_key::skip) return std::nullopt;
+      identity += "%anon";
+      continue;
+    }
+    if (src.type == kind::global) identity += '*';
+    else append_encoded(identity, *v);
+  }
+  if (identity.size() > 200) identity = digest(identity);
+  std::string key;
+  key.reserve(prefix.size() + route.size() + l.name.size() + identity.size() + 4);
+  key.append(prefix).append("{").append(route).append(":").append(l.name).append(":").append(identity).append("}");
+  return key;
+}
+
+}  // namespace fg::limit

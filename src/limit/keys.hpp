@@ -1,0 +1,37 @@
+#pragma once
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "config/config.hpp"
+
+namespace fg::limit {
+
+// What a key source reads from a request.
+struct request_parts {
+  std::string_view client;  // the resolved client key ("1.2.3.4", "2001:db8::/64")
+  std::string_view query;   // the target's query, without '?'
+  // Header lookup: the first value of a header, or nullopt.
+  std::optional<std::string_view> (*header)(const void* ctx, std::string_view name) = nullptr;
+  const void* header_ctx = nullptr;
+};
+
+// The Redis/memory key of one limit for one request:
+//   <prefix>{<route>:<limit>:<identity>}
+// The braces are a Redis Cluster hash tag: every key a script touches for one limit
+// and one client lives in one slot. Identity parts are joined with '|'; characters
+// that could confuse the key ('{', '}', ':', '|', '%', space, control, non-ASCII)
+// are percent-encoded, and an identity over 200 bytes is replaced by a 128-bit hash.
+// A missing source yields nullopt when the limit says `skip`, and the marker "%anon"
+// (which no encoded value can equal) when it says `anonymous`.
+std::optional<std::string> build_key(std::string_view prefix, std::string_view route, const config::limit_config& l,
+                                     const request_parts& r);
+
+// `name`'s value in a query string ("a=1&b=2") or a Cookie header ("a=1; b=2").
+std::optional<std::string_view> query_param(std::string_view query, std::string_view name);
+std::optional<std::string_view> cookie_value(std::string_view cookie_header, std::string_view name);
+
+// Percent-encodes what could confuse a key (see build_key).
+void append_encoded(std::string& out, std::string_view value);
+
+}  // namespace fg::limit
