@@ -72,7 +72,7 @@ DEFAULT_HTTP = {"header_timeout": "2s", "idle_timeout": "5s"}
 
 class Gateway:
     def __init__(self, tmp_path, upstream_address, http=None, extra="", routes=None, workers=1,
-                 upstream_opts=None, access_log="off", log_format="text"):
+                 upstream_opts=None, access_log="off", log_format="text", trusted="10.0.0.0/8"):
         self.port = free_port()
         h = dict(DEFAULT_HTTP)
         h.update(http or {})
@@ -94,7 +94,7 @@ log:
   access_log: {self.access_log or access_log}
   format: {log_format}
 client_ip:
-  trusted_proxies: ["10.0.0.0/8"]
+  trusted_proxies: ["{trusted}"]
 http:
 {http_yaml}
 upstreams:

@@ -1,0 +1,200 @@
+"""Rate limiting through the real binary, with the embedded memory store."""
+import threading
+import time
+
+from conftest import Reader, get, read_response
+
+
+def route(limits, response="", path="/limited", extra=""):
+    return f"""  - name: r
+    match:
+      path_prefix: {path}
+    upstream: api
+{extra}{response}    limits:
+{limits}
+  - name: rest
+    match:
+      path_prefix: /
+    upstream: api
+"""
+
+
+PER_IP = """      - name: per-ip
+        algorithm: sliding_log
+        key: ip
+        limit: 3
+        window: 5s
+"""
+
+
+def test_each_ip_three_times_in_five_seconds(gateway_factory):
+    g = gateway_factory(routes=route(PER_IP))
+    seen = []
+    for i in range(3):
+        r = g.request(get(f"/limited?i={i}"))
+        assert r.status == 200
+        assert r.header("ratelimit-policy") == '"per-ip";q=3;w=5'
+        seen.append(r.header("ratelimit"))
+    assert seen == ['"per-ip";r=2;t=5', '"per-ip";r=1;t=5', '"per-ip";r=0;t=5']
+    r = g.request(get("/limited"))
+    assert r.status == 429
+    assert r.header("retry-after") == "5"
+    assert r.header("ratelimit") == '"per-ip";r=0;t=5'
+    assert r.header("content-type") == "application/json"
+    assert r.body == b'{"error":"too many requests"}'
+    # other routes are not limited
+    assert g.request(get("/echo")).status == 200
+
+
+def test_custom_response_and_legacy_headers(gateway_factory):
+    resp = """    response:
+      status: 503
+      body: "slow down"
+      content_type: text/plain
+      headers: legacy
+"""
+    g = gateway_factory(routes=route(PER_IP, response=resp))
+    r = g.request(get("/limited"))
+    assert r.status == 200 and r.header("ratelimit") is None
+    assert (r.header("x-ratelimit-limit"), r.header("x-ratelimit-remaining"), r.header("x-ratelimit-reset")) == \
+        ("3", "2", "5")
+    g.request(get("/limited"))
+    g.request(get("/limited"))
+    r = g.request(get("/limited"))
+    assert r.status == 503 and r.body == b"slow down" and r.header("content-type") == "text/plain"
+    assert r.header("x-ratelimit-remaining") == "0" and r.header("retry-after") == "5"
+
+
+def test_headers_both_and_none(gateway_factory):
+    both = gateway_factory(routes=route(PER_IP, response="    response:\n      headers: both\n"))
+    r = both.request(get("/limited"))
+    assert r.header("ratelimit") and r.header("x-ratelimit-limit") == "3"
+    none = gateway_factory(routes=route(PER_IP, response="    response:\n      headers: none\n"))
+    r = none.request(get("/limited"))
+    assert r.header("ratelimit") is None and r.header("x-ratelimit-limit") is None
+    for _ in range(3):
+        r = none.request(get("/limited"))
+    assert r.status == 429 and r.header("retry-after") == "5" and r.header("ratelimit") is None
+
+
+def test_whole_endpoint_shared_limit(gateway_factory):
+    limits = """      - name: endpoint
+        algorithm: fixed_window
+        key: global
+        limit: 5
+        window: 1m
+"""
+    g = gateway_factory(routes=route(limits))
+    statuses = [g.request(get("/limited", extra=f"X-Forwarded-For: 10.9.9.{i}\r\n")).status for i in range(8)]
+    assert statuses == [200] * 5 + [429] * 3
+
+
+def test_denied_by_one_limit_consumes_nothing_from_the_other(gateway_factory):
+    limits = """      - name: tight
+        algorithm: fixed_window
+        key: header:X-User
+        limit: 2
+        window: 1m
+      - name: loose
+        algorithm: fixed_window
+        key: global
+        limit: 4
+        window: 1m
+"""
+    g = gateway_factory(routes=route(limits))
+    assert g.request(get("/limited", extra="X-User: a\r\n")).status == 200
+    assert g.request(get("/limited", extra="X-User: a\r\n")).status == 200
+    for _ in range(5):  # denied by "tight": "loose" must not be charged
+        assert g.request(get("/limited", extra="X-User: a\r\n")).status == 429
+    r = g.request(get("/limited", extra="X-User: b\r\n"))
+    assert r.status == 200
+    assert r.header("ratelimit") == '"tight";r=1;t=60, "loose";r=1;t=60'
+
+
+def test_key_sources_and_missing_key(gateway_factory):
+    limits = """      - name: by-key
+        algorithm: fixed_window
+        key: [header:X-Api-Key, query:tenant]
+        limit: 1
+        window: 1m
+        on_missing_key: skip
+"""
+    g = gateway_factory(routes=route(limits))
+    assert g.request(get("/limited?tenant=t1", extra="X-Api-Key: k1\r\n")).status == 200
+    assert g.request(get("/limited?tenant=t1", extra="X-Api-Key: k1\r\n")).status == 429
+    assert g.request(get("/limited?tenant=t2", extra="X-Api-Key: k1\r\n")).status == 200
+    assert g.request(get("/limited?tenant=t1", extra="X-Api-Key: k2\r\n")).status == 200
+    # skip: without the header the limit does not apply
+    for _ in range(3):
+        assert g.request(get("/limited?tenant=t1")).status == 200
+    anon = gateway_factory(routes=route(limits.replace("skip", "anonymous")))
+    assert anon.request(get("/limited")).status == 200
+    assert anon.request(get("/limited")).status == 429  # all key-less clients share one identity
+
+
+def test_cookie_key(gateway_factory):
+    limits = """      - name: session
+        algorithm: token_bucket
+        key: cookie:sid
+        rate: 1/m
+        burst: 2
+"""
+    g = gateway_factory(routes=route(limits))
+    codes = [g.request(get("/limited", extra="Cookie: a=1; sid=abc\r\n")).status for _ in range(3)]
+    assert codes == [200, 200, 429]
+    assert g.request(get("/limited", extra="Cookie: sid=other\r\n")).status == 200
+
+
+def test_identity_from_trusted_proxy_only(gateway_factory):
+    limits = PER_IP.replace("limit: 3", "limit: 1")
+    trusted = gateway_factory(routes=route(limits), trusted="127.0.0.1/32")
+    assert trusted.request(get("/limited", extra="X-Forwarded-For: 198.51.100.1\r\n")).status == 200
+    assert trusted.request(get("/limited", extra="X-Forwarded-For: 198.51.100.2\r\n")).status == 200
+    assert trusted.request(get("/limited", extra="X-Forwarded-For: 198.51.100.1\r\n")).status == 429
+    untrusted = gateway_factory(routes=route(limits))
+    # a client that is not a trusted proxy cannot pick a new identity per request
+    assert untrusted.request(get("/limited", extra="X-Forwarded-For: 198.51.100.1\r\n")).status == 200
+    assert untrusted.request(get("/limited", extra="X-Forwarded-For: 198.51.100.2\r\n")).status == 429
+
+
+def test_shadow_limit_never_denies(gateway_factory):
+    limits = PER_IP.replace("limit: 3", "limit: 1") + "        shadow: true\n"
+    g = gateway_factory(routes=route(limits))
+    assert [g.request(get("/limited")).status for _ in range(4)] == [200] * 4
+    g.stop()
+    assert "shadow limit r/per-ip would deny" in g.log_text()
+
+
+def test_denied_request_with_expect_never_uploads(gateway_factory, upstream):
+    g = gateway_factory(routes=route(PER_IP.replace("limit: 3", "limit: 1")))
+    assert g.request(b"POST /limited HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n").status == 200
+    with g.connect() as s:
+        s.sendall(b"POST /limited HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\nExpect: 100-continue\r\n\r\n")
+        r = read_response(s, skip_informational=False)
+        assert r.status == 429  # not 100 Continue
+
+
+def test_concurrency_limit_and_release(gateway_factory):
+    limits = """      - name: inflight
+        algorithm: concurrency
+        key: global
+        limit: 2
+"""
+    g = gateway_factory(routes=route(limits, path="/slow"))
+    results = []
+
+    def call():
+        results.append(g.request(get("/slow?ms=800")).status)
+
+    threads = [threading.Thread(target=call) for _ in range(2)]
+    for t in threads:
+        t.start()
+    time.sleep(0.3)
+    third = g.request(get("/slow?ms=1"))
+    for t in threads:
+        t.join()
+    assert sorted(results) == [200, 200]
+    assert third.status == 429 and third.header("retry-after") == "1"
+    # leases were released when the responses finished
+    assert g.request(get("/slow?ms=1")).status == 200
+    assert g.request(get("/slow?ms=1")).status == 200
