@@ -8,7 +8,8 @@
 #include "app/runtime.hpp"
 
 namespace fg::upstream { class pool; }
-namespace fg::limit { class memory_store; }
+namespace fg::limit { class memory_store; class deny_cache; }
+namespace fg::redis { class connection; }
 namespace fg::obs { class access_log; }
 
 namespace fg::app {
@@ -39,6 +40,9 @@ struct worker_context {
   std::shared_ptr<const runtime> rt;
   upstream::pool* pool = nullptr;
   limit::memory_store* memory = nullptr;  // shared by all workers (thread-safe)
+  redis::connection* redis = nullptr;     // this worker's own, when store: redis
+  limit::deny_cache* denies = nullptr;    // this worker's recent Redis denials
+  std::string nonce_prefix;               // random per process: request nonces never collide
   std::uint64_t next_lease = 0;
   std::shared_ptr<obs::access_log> access;
   std::list<session_entry> sessions;

@@ -44,8 +44,8 @@ int server::run() {
   for (unsigned i = 0; i < n; ++i) workers.push_back(std::make_unique<worker>(i, rt_, access, &memory));
   for (auto& w : workers) w->start(listener.native_handle());
   spdlog::info("floodgate listening on {} with {} worker(s), {} route(s)", cfg.listen.str(), n, cfg.routes.size());
-  if (cfg.store == config::store_kind::redis)
-    spdlog::warn("store: redis is not implemented yet: limits use the embedded memory store (per instance)");
+  if (cfg.store == config::store_kind::redis && cfg.redis.mode != config::redis_mode::standalone)
+    spdlog::warn("redis.mode cluster/sentinel is not implemented yet: using the first address as a standalone server");
 
   asio::signal_set signals(main_ioc, SIGTERM, SIGINT);
   int signal_number = 0;

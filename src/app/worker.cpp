@@ -10,6 +10,10 @@
 
 #include <unistd.h>
 
+#include <random>
+
+#include "limit/script.hpp"
+
 #include "http/session.hpp"
 #include "obs/access_log.hpp"
 
@@ -29,6 +33,18 @@ worker::worker(unsigned id, std::shared_ptr<const runtime> rt, std::shared_ptr<o
   ctx_.memory = memory;
   // Lease ids unique across workers: the worker id in the top bits.
   ctx_.next_lease = static_cast<std::uint64_t>(id) << 48;
+  denies_ = std::make_unique<limit::deny_cache>();
+  ctx_.denies = denies_.get();
+  {
+    std::random_device rd;
+    char buf[24];
+    std::snprintf(buf, sizeof buf, "%08x%08x-", rd(), rd());
+    ctx_.nonce_prefix = buf;
+  }
+  if (ctx_.rt->cfg->store == config::store_kind::redis) {
+    redis_ = std::make_shared<redis::connection>(ioc_->get_executor(), ctx_.rt->cfg->redis, limit::limiter_script);
+    ctx_.redis = redis_.get();
+  }
   pool_->configure(ctx_.rt->cfg->upstreams);
 }
 
@@ -38,6 +54,11 @@ worker::~worker() {
   // Sockets first, then the io_context (which destroys suspended sessions), then the rest.
   acceptor_.reset();
   pool_->close_idle();
+  if (redis_) {
+    redis_->stop();
+    ctx_.redis = nullptr;
+    redis_.reset();  // what handlers still hold goes with the io_context
+  }
   ioc_.reset();
 }
 
@@ -55,6 +76,7 @@ void worker::start(int listen_fd) {
   acceptor_ = std::make_unique<tcp::acceptor>(*ioc_, ep.protocol(), fd);
   asio::co_spawn(*ioc_, accept_loop(), asio::detached);
   asio::co_spawn(*ioc_, sweep_deadlines(), asio::detached);
+  if (redis_) asio::post(*ioc_, [r = redis_] { r->start(); });
   thread_ = std::thread([this] {
     for (;;) {
       try {
@@ -108,7 +130,10 @@ asio::awaitable<void> worker::sweep_deadlines() {
       if (s.upstream) s.upstream->cancel(ignored);
     }
     // Drained and nothing left: let the io_context run out of work.
-    if (ctx_.draining && ctx_.sessions.empty()) co_return;
+    if (ctx_.draining && ctx_.sessions.empty()) {
+      if (redis_) redis_->stop();
+      co_return;
+    }
   }
 }
 
@@ -116,6 +141,7 @@ void worker::drain() {
   asio::post(*ioc_, [this] {
     ctx_.draining = true;
     boost::system::error_code ec;
+    if (redis_ && ctx_.sessions.empty()) redis_->stop();
     if (acceptor_) acceptor_->close(ec);
     pool_->close_idle();
     for (auto& s : ctx_.sessions)

@@ -6,6 +6,8 @@
 #include <thread>
 
 #include "app/context.hpp"
+#include "limit/redis_store.hpp"
+#include "redis/connection.hpp"
 #include "upstream/pool.hpp"
 
 namespace fg::app {
@@ -38,6 +40,8 @@ class worker {
   std::unique_ptr<boost::asio::io_context> ioc_;
   std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;
   std::unique_ptr<upstream::pool> pool_;
+  std::shared_ptr<redis::connection> redis_;
+  std::unique_ptr<limit::deny_cache> denies_;
   std::thread thread_;
 };
 

@@ -22,6 +22,8 @@
 #include "limit/headers.hpp"
 #include "limit/keys.hpp"
 #include "limit/memory_store.hpp"
+#include "limit/redis_store.hpp"
+#include "redis/connection.hpp"
 #include "obs/access_log.hpp"
 #include "upstream/pool.hpp"
 
@@ -133,6 +135,7 @@ class session {
   // Evaluates the route's limits; returns an outcome when the request was answered here.
   asio::awaitable<std::optional<outcome>> apply_limits(const config::route_config& route);
   void release_leases();
+  void log_store_error(const config::route_config& route, const std::string& why);
   asio::awaitable<outcome> send_local(unsigned status, bool keep_alive, std::string_view body = {},
                                       std::string_view extra = {}, std::string_view content_type = {});
   asio::awaitable<void> lingering_close();
@@ -171,7 +174,10 @@ class session {
   std::vector<limit::decision> decisions_;
   std::string rate_headers_;  // for the upstream's response
   std::uint64_t lease_ = 0;
-  bool leases_held_ = false;  // an absolute-form request, rewritten to origin-form
+  bool leases_held_ = false;
+  bool leases_in_redis_ = false;
+  std::string nonce_;
+  std::vector<std::string> script_keys_, script_args_;  // an absolute-form request, rewritten to origin-form
   body_framing framing_;
   int route_ = -1;
   std::uint64_t bytes_in_ = 0, bytes_out_ = 0;
@@ -454,14 +460,67 @@ asio::awaitable<std::optional<session::outcome>> session::apply_limits(const con
   decisions_.assign(checks_.size(), limit::decision{});
   if (checks_.empty()) co_return std::nullopt;
   lease_ = ++ctx_.next_lease;
-  auto r = ctx_.memory->evaluate(checks_, decisions_, limit::memory_store::now_ms(), lease_);
-  if (r != limit::memory_store::result::ok) {
+  const auto now = limit::memory_store::now_ms();
+  bool use_memory = ctx_.redis == nullptr;
+  bool store_failed = false;
+  leases_in_redis_ = false;
+  if (!use_memory) {
+    // Known denials are answered here: a flood from one client costs Redis nothing.
+    bool cached = false;
+    for (std::size_t i = 0; i < checks_.size(); ++i) {
+      const auto& l = *check_cfgs_[i];
+      if (l.shadow || l.algo == config::algorithm::concurrency) continue;
+      if (auto until = ctx_.denies->denied_until(checks_[i].key, now)) {
+        bool rate_based = l.algo == config::algorithm::token_bucket || l.algo == config::algorithm::gcra;
+        decisions_[i] = {false, rate_based ? l.burst : l.limit, 0, until - now, until - now};
+        cached = true;
+      }
+    }
+    if (cached) {
+      std::vector<const config::limit_config*> cfgs;
+      std::vector<limit::decision> ds;
+      for (std::size_t i = 0; i < checks_.size(); ++i)
+        if (!decisions_[i].allowed) cfgs.push_back(check_cfgs_[i]), ds.push_back(decisions_[i]);
+      std::string headers;
+      limit::append_rate_headers(headers, route.response.headers, cfgs, ds, true);
+      bool has_body = framing_.type != body_framing::kind::none;
+      co_return co_await send_local(route.response.status, parser_->keep_alive() && !has_body, route.response.body,
+                                    headers, route.response.content_type);
+    }
+    nonce_ = ctx_.nonce_prefix;
+    nonce_ += std::to_string(lease_);
+    limit::script_call(checks_, nonce_, script_keys_, script_args_);
+    auto [ec, reply] = co_await ctx_.redis->eval(script_keys_, script_args_);
+    if (ec || reply.is_error() || !limit::decode_reply(reply, decisions_)) {
+      store_failed = true;
+      log_store_error(route, ec ? ec.message() : reply.is_error() ? reply.str : "unexpected reply");
+    } else {
+      leases_in_redis_ = true;
+      for (std::size_t i = 0; i < checks_.size(); ++i) {
+        const auto& l = *check_cfgs_[i];
+        if (!decisions_[i].allowed && !l.shadow && l.algo != config::algorithm::concurrency)
+          ctx_.denies->remember(checks_[i].key, now + decisions_[i].retry_ms);
+      }
+    }
+  }
+  if (store_failed) {
     // The store could not answer: the route's failure policy decides.
     if (route.store_error == config::on_store_error::deny) {
       bool has_body = framing_.type != body_framing::kind::none;
       co_return co_await send_local(503, parser_->keep_alive() && !has_body, {}, "Retry-After: 1\r\n");
     }
-    co_return std::nullopt;
+    if (route.store_error == config::on_store_error::allow) co_return std::nullopt;
+    use_memory = true;  // local: this instance enforces the same limits alone
+  }
+  if (use_memory) {
+    auto r = ctx_.memory->evaluate(checks_, decisions_, now, lease_);
+    if (r != limit::memory_store::result::ok) {
+      if (route.store_error == config::on_store_error::deny) {
+        bool has_body = framing_.type != body_framing::kind::none;
+        co_return co_await send_local(503, parser_->keep_alive() && !has_body, {}, "Retry-After: 1\r\n");
+      }
+      co_return std::nullopt;
+    }
   }
   bool denied = false;
   for (std::size_t i = 0; i < checks_.size(); ++i) {
@@ -489,9 +548,29 @@ asio::awaitable<std::optional<session::outcome>> session::apply_limits(const con
 void session::release_leases() {
   if (!leases_held_) return;
   leases_held_ = false;
-  for (std::size_t i = 0; i < checks_.size(); ++i)
-    if (check_cfgs_[i]->algo == config::algorithm::concurrency && decisions_[i].allowed)
-      ctx_.memory->release(checks_[i].key, lease_);
+  for (std::size_t i = 0; i < checks_.size(); ++i) {
+    if (check_cfgs_[i]->algo != config::algorithm::concurrency || !decisions_[i].allowed) continue;
+    if (leases_in_redis_ && ctx_.redis) ctx_.redis->send({"ZREM", checks_[i].key, limit::lease_member(nonce_, i)}, {});
+    else ctx_.memory->release(checks_[i].key, lease_);
+  }
+}
+
+void session::log_store_error(const config::route_config& route, const std::string& why) {
+  // One line per few seconds per worker, with a count, never one per request.
+  thread_local clock::time_point last{};
+  thread_local unsigned suppressed = 0;
+  auto now = clock::now();
+  if (now - last < std::chrono::seconds(5)) {
+    ++suppressed;
+    return;
+  }
+  const char* policy = route.store_error == config::on_store_error::deny    ? "deny"
+                       : route.store_error == config::on_store_error::local ? "local"
+                                                                            : "allow";
+  spdlog::warn("rate-limit store error on route {}: {} (on_store_error: {}; {} more since the last report)",
+               route.name, why, policy, suppressed);
+  last = now;
+  suppressed = 0;
 }
 
 asio::awaitable<session::outcome> session::forward() {

@@ -19,8 +19,10 @@ std::int64_t memory_store::now_ms() {
 
 std::size_t memory_store::shard_of(const std::string& key) const { return std::hash<std::string>{}(key) % shard_count; }
 
-void memory_store::sweep(shard& s, std::int64_t now) {
-  std::erase_if(s.map, [&](const auto& kv) { return kv.second.expires_at <= now; });
+void memory_store::sweep(shard& s, std::int64_t now, std::span<key_state* const> keep) {
+  std::erase_if(s.map, [&](const auto& kv) {
+    return kv.second.expires_at <= now && std::find(keep.begin(), keep.end(), &kv.second) == keep.end();
+  });
   s.next_sweep = now + 1000;
 }
 
@@ -43,7 +45,8 @@ memory_store::result memory_store::evaluate(std::span<const check> checks, std::
     auto it = sh.map.find(checks[i].key);
     if (it == sh.map.end()) {
       if (sh.map.size() >= max_per_shard_) {
-        sweep(sh, now);
+        // Keys this call already holds (expired or just created) must survive the sweep.
+        sweep(sh, now, std::span<key_state* const>(states.data(), i));
         if (sh.map.size() >= max_per_shard_) {
           static std::atomic<std::int64_t> last_log{0};
           if (now - last_log.exchange(now) > 5000)

@@ -44,7 +44,8 @@ class memory_store {
     std::int64_t next_sweep = 0;
   };
   std::size_t shard_of(const std::string& key) const;
-  void sweep(shard& s, std::int64_t now);
+  // Erases expired keys, except those in `keep` (states the caller still points to).
+  void sweep(shard& s, std::int64_t now, std::span<key_state* const> keep = {});
 
   std::vector<shard> shards_;
   std::size_t max_per_shard_;

@@ -1,0 +1,92 @@
+#pragma once
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/config.hpp"
+#include "redis/backoff.hpp"
+#include "redis/reply.hpp"
+
+struct redisAsyncContext;
+
+namespace fg::redis {
+
+enum class errc { not_connected = 1, timeout, disconnected, protocol };
+const boost::system::error_category& category();
+inline boost::system::error_code make_error_code(errc e) { return {static_cast<int>(e), category()}; }
+
+// One Redis connection driven by a worker's event loop: hiredis' async API with our
+// own Asio adapter, many commands in flight (pipelined), a deadline per command
+// (a late reply is discarded), AUTH/SELECT and script loading on every connect,
+// reconnect with jittered exponential backoff. Not thread-safe: one per worker.
+class connection : public std::enable_shared_from_this<connection> {
+ public:
+  using completion = std::function<void(boost::system::error_code, reply)>;
+
+  connection(boost::asio::any_io_executor ex, config::redis_config cfg, std::string script);
+  ~connection();
+  void start();
+  void stop();
+  bool connected() const { return ac_ != nullptr && ready_; }
+
+  // Sends a command; `done` is posted to the executor with the reply or an error
+  // (not_connected at once when down, timeout after redis.timeout).
+  void send(const std::vector<std::string>& args, completion done);
+  boost::asio::awaitable<std::pair<boost::system::error_code, reply>> command(std::vector<std::string> args);
+  // EVALSHA of the script; on NOSCRIPT, EVAL once (which loads it again). Never retried on timeout.
+  boost::asio::awaitable<std::pair<boost::system::error_code, reply>> eval(const std::vector<std::string>& keys,
+                                                                           const std::vector<std::string>& args);
+
+ private:
+  struct pending {
+    completion done;
+    std::chrono::steady_clock::time_point deadline;
+    bool finished = false;
+  };
+  static void on_reply(redisAsyncContext* ac, void* r, void* privdata);
+  static void on_connect(const redisAsyncContext* ac, int status);
+  static void on_disconnect(const redisAsyncContext* ac, int status);
+  static void add_read(void* self);
+  static void del_read(void* self);
+  static void add_write(void* self);
+  static void del_write(void* self);
+  static void cleanup(void* self);
+
+  void connect();
+  void connect_to(const std::string& ip);
+  void lost(const char* why);
+  void schedule_reconnect();
+  void wait_read();
+  void wait_write();
+  void arm_deadline_timer();
+  void finish(pending* p, boost::system::error_code ec, reply r);
+
+  boost::asio::any_io_executor ex_;
+  config::redis_config cfg_;
+  std::string script_, sha_;
+  redisAsyncContext* ac_ = nullptr;
+  bool ready_ = false;  // connected (AUTH/SELECT queued ahead of everything else)
+  bool stopped_ = false;
+  boost::asio::posix::stream_descriptor sd_;
+  bool want_read_ = false, want_write_ = false, reading_ = false, writing_ = false;
+  std::deque<pending*> pending_;
+  boost::asio::steady_timer deadline_timer_;
+  bool deadline_armed_ = false;
+  boost::asio::steady_timer reconnect_timer_;
+  backoff backoff_;
+  std::chrono::steady_clock::time_point last_error_log_{};
+  unsigned suppressed_errors_ = 0;
+};
+
+}  // namespace fg::redis
+
+template <>
+struct boost::system::is_error_code_enum<fg::redis::errc> : std::true_type {};
