@@ -72,7 +72,8 @@ DEFAULT_HTTP = {"header_timeout": "2s", "idle_timeout": "5s"}
 
 class Gateway:
     def __init__(self, tmp_path, upstream_address, http=None, extra="", routes=None, workers=1,
-                 upstream_opts=None, access_log="off", log_format="text", trusted="10.0.0.0/8"):
+                 upstream_opts=None, access_log="off", log_format="text", trusted="10.0.0.0/8", store="memory",
+                 redis=None, prefix=None, env=None):
         self.port = free_port()
         h = dict(DEFAULT_HTTP)
         h.update(http or {})
@@ -93,6 +94,11 @@ log:
   level: info
   access_log: {self.access_log or access_log}
   format: {log_format}
+store: {store}
+redis:
+  addresses: ["{redis or '127.0.0.1:6379'}"]
+  timeout: 200ms
+  key_prefix: "{prefix or 'fgtest:'}"
 client_ip:
   trusted_proxies: ["{trusted}"]
 http:
@@ -105,7 +111,9 @@ routes:
 {extra}
 """)
         self.stderr = open(tmp_path / "floodgate.stderr", "w+")
-        self.proc = subprocess.Popen([BIN, "--config", str(self.config)], stdout=self.stderr, stderr=self.stderr)
+        full_env = dict(os.environ, **(env or {}))
+        self.proc = subprocess.Popen([BIN, "--config", str(self.config)], stdout=self.stderr, stderr=self.stderr,
+                                     env=full_env)
         wait_for_port(self.port, proc=self.proc)
 
     def connect(self, timeout=10):
@@ -155,6 +163,8 @@ def gateway_factory(tmp_path, upstream):
 
     yield make
     for g in made:
+        if getattr(g, "killed", False):
+            continue
         code = g.stop()
         # Sanitizer reports end up on stderr and make the exit code non-zero.
         assert code == 0, g.log_text()
@@ -272,3 +282,54 @@ def is_closed(sock, timeout=3.0):
 
 def get(path, host="example.com", extra=""):
     return f"GET {path} HTTP/1.1\r\nHost: {host}\r\n{extra}\r\n".encode()
+
+
+class RedisServer:
+    """A real redis-server on a free port, for one test."""
+
+    def __init__(self, tmp_path):
+        self.port = free_port()
+        self.dir = tmp_path
+        self.start()
+
+    def start(self):
+        self.proc = subprocess.Popen(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                                      "--appendonly", "no", "--dir", str(self.dir)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for_port(self.port, proc=self.proc)
+
+    @property
+    def address(self):
+        return f"127.0.0.1:{self.port}"
+
+    def cli(self, *args):
+        out = subprocess.run(["redis-cli", "-p", str(self.port), *args], capture_output=True, text=True, timeout=10)
+        return out.stdout.strip()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def keys(self, pattern="*"):
+        out = self.cli("--scan", "--pattern", pattern)
+        return [k for k in out.splitlines() if k]
+
+    def command_calls(self, name):
+        for line in self.cli("info", "commandstats").splitlines():
+            if line.startswith(f"cmdstat_{name}:"):
+                return int(line.split("calls=")[1].split(",")[0])
+        return 0
+
+
+@pytest.fixture
+def redis_server(tmp_path):
+    d = tmp_path / "redis"
+    d.mkdir()
+    r = RedisServer(d)
+    yield r
+    # Whatever the test did, no key floodgate wrote may be left without a TTL.
+    if r.proc.poll() is None:
+        for k in r.keys("fgtest:*"):
+            assert int(r.cli("pttl", k)) != -1, k
+    r.stop()

@@ -1,0 +1,207 @@
+"""Distributed rate limiting against a real redis-server started by the test."""
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from conftest import SANITIZED, Reader, get, read_response
+
+FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+
+
+def route(limits, path="/limited", on_error="allow"):
+    return f"""  - name: r
+    match:
+      path_prefix: {path}
+    upstream: api
+    on_store_error: {on_error}
+    limits:
+{limits}
+  - name: rest
+    match:
+      path_prefix: /
+    upstream: api
+"""
+
+
+def limit(algo, **kw):
+    lines = [f"      - name: {kw.pop('name', 'l')}", f"        algorithm: {algo}"]
+    for k, v in kw.items():
+        lines.append(f"        {k}: {v}")
+    return "\n".join(lines) + "\n"
+
+
+def hammer(gateways, total, threads=8, path="/limited", extra=""):
+    """Sends `total` requests spread over the gateways from concurrent keep-alive clients."""
+    statuses = []
+    lock = threading.Lock()
+    per = total // threads
+
+    def worker(n):
+        g = gateways[n % len(gateways)]
+        s = g.connect()
+        rd = Reader(s)
+        mine = []
+        for _ in range(per):
+            s.sendall(get(path, extra=extra))
+            mine.append(read_response(s, reader=rd).status)
+        s.close()
+        with lock:
+            statuses.extend(mine)
+
+    ts = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return statuses
+
+
+ALGOS = {
+    "fixed_window": limit("fixed_window", key="global", limit=100, window="1m"),
+    "sliding_log": limit("sliding_log", key="global", limit=100, window="1m"),
+    "token_bucket": limit("token_bucket", key="global", rate="1/m", burst=100),
+    "gcra": limit("gcra", key="global", rate="1/m", burst=100),
+}
+
+
+@pytest.mark.parametrize("algo", list(ALGOS))
+def test_three_gateways_admit_exactly_the_limit(gateway_factory, redis_server, algo):
+    gws = [gateway_factory(routes=route(ALGOS[algo]), store="redis", redis=redis_server.address, workers=2)
+           for _ in range(3)]
+    statuses = hammer(gws, 640)
+    assert len(statuses) == 640
+    assert statuses.count(200) == 100, (algo, statuses.count(200))
+    assert statuses.count(429) == 540
+
+
+def test_sliding_window_and_exact_behaviour_through_redis(gateway_factory, redis_server):
+    limits = (limit("sliding_window", name="sw", key="header:X-K", limit=5, window="1m"))
+    g = gateway_factory(routes=route(limits), store="redis", redis=redis_server.address)
+    codes = [g.request(get("/limited", extra="X-K: a\r\n")).status for _ in range(7)]
+    assert codes == [200] * 5 + [429] * 2
+    r = g.request(get("/limited", extra="X-K: b\r\n"))
+    assert r.status == 200 and r.header("ratelimit").startswith('"sw";r=4;')
+    keys = redis_server.keys("fgtest:*")
+    assert sorted(keys) == ["fgtest:{r:sw:a}", "fgtest:{r:sw:b}"]
+
+
+def test_token_bucket_refills_over_time(gateway_factory, redis_server):
+    g = gateway_factory(routes=route(limit("token_bucket", key="global", rate="2/s", burst=2)),
+                        store="redis", redis=redis_server.address, workers=1)
+    codes = [g.request(get("/limited")).status for _ in range(3)]
+    assert codes == [200, 200, 429]
+    time.sleep(0.6)  # one token back after 500ms
+    assert g.request(get("/limited")).status == 200
+
+
+def test_fixed_window_edge(gateway_factory, redis_server):
+    g = gateway_factory(routes=route(limit("fixed_window", key="global", limit=2, window="1s")),
+                        store="redis", redis=redis_server.address, workers=1)
+    assert [g.request(get("/limited")).status for _ in range(3)] == [200, 200, 429]
+    time.sleep(1.1)  # the key expired with its window; the local deny cache too
+    assert [g.request(get("/limited")).status for _ in range(3)] == [200, 200, 429]
+
+
+@pytest.mark.skipif(SANITIZED, reason="libfaketime cannot be preloaded ahead of the ASan runtime")
+def test_clock_skew_does_not_matter(gateway_factory, redis_server):
+    # One gateway runs an hour ahead: time comes from Redis, so they share the limit exactly.
+    lim = limit("sliding_log", key="global", limit=50, window="1m")
+    normal = gateway_factory(routes=route(lim), store="redis", redis=redis_server.address)
+    # libfaketime preloaded into the gateway itself (the faketime wrapper would fork).
+    skewed = gateway_factory(routes=route(lim), store="redis", redis=redis_server.address,
+                             env={"LD_PRELOAD": FAKETIME_LIB, "FAKETIME": "+1h", "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
+    statuses = hammer([normal, skewed], 160, threads=4)
+    assert statuses.count(200) == 50
+
+
+def test_concurrency_never_exceeds_and_dead_gateway_leases_are_reclaimed(gateway_factory, redis_server, upstream):
+    lim = limit("concurrency", key="global", limit=3, window="2s")
+    gws = [gateway_factory(routes=route(lim, path="/slow"), store="redis", redis=redis_server.address)
+           for _ in range(3)]
+    results = []
+    lock = threading.Lock()
+
+    def call(i):
+        r = gws[i % 3].request(get("/slow?ms=700"))
+        with lock:
+            results.append(r.status)
+
+    ts = [threading.Thread(target=call, args=(i,)) for i in range(9)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert results.count(200) <= 3 and results.count(200) >= 1
+    assert results.count(429) == 9 - results.count(200)
+    # leases were released: all three slots free again
+    time.sleep(0.2)
+    assert redis_server.cli("zcard", "fgtest:{r:l:*}") == "0"
+    # a gateway killed while holding a lease: the lease expires after its lifetime
+    victim = gws[0]
+    s = victim.connect()
+    s.sendall(get("/slow?ms=5000"))
+    time.sleep(0.3)
+    assert redis_server.cli("zcard", "fgtest:{r:l:*}") == "1"
+    victim.proc.kill()
+    victim.proc.wait()
+    s.close()
+    time.sleep(2.2)
+    assert redis_server.cli("zcard", "fgtest:{r:l:*}") in ("0", "1")
+    # the expired lease no longer counts: three fresh requests fit
+    results.clear()
+    ts = [threading.Thread(target=call, args=(i,)) for i in (1, 2, 4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert results == [200, 200, 200]
+    victim.killed = True
+
+
+def test_flood_costs_redis_one_call_per_retry_period(gateway_factory, redis_server):
+    g = gateway_factory(routes=route(limit("fixed_window", key="ip", limit=5, window="10s")),
+                        store="redis", redis=redis_server.address, workers=2)
+    before = redis_server.command_calls("evalsha")
+    statuses = hammer([g], 400, threads=4)
+    assert statuses.count(200) == 5
+    calls = redis_server.command_calls("evalsha") - before
+    # 5 admitted + at most one denial per worker before the local deny cache answers
+    assert calls <= 5 + 2, calls
+
+
+def test_script_flush_is_recovered(gateway_factory, redis_server):
+    g = gateway_factory(routes=route(limit("fixed_window", key="header:X-K", limit=100, window="1m")),
+                        store="redis", redis=redis_server.address)
+    assert g.request(get("/limited", extra="X-K: a\r\n")).header("ratelimit").startswith('"l";r=99;')
+    redis_server.cli("script", "flush")
+    r = g.request(get("/limited", extra="X-K: a\r\n"))
+    assert r.status == 200 and r.header("ratelimit").startswith('"l";r=98;')
+    assert redis_server.command_calls("eval") >= 1  # NOSCRIPT answered by EVAL
+
+
+def test_redis_down_follows_on_store_error_and_recovers(gateway_factory, redis_server):
+    lim = limit("fixed_window", key="header:X-K", limit=100, window="1m")
+    deny = gateway_factory(routes=route(lim, on_error="deny"), store="redis", redis=redis_server.address)
+    allow = gateway_factory(routes=route(lim, on_error="allow"), store="redis", redis=redis_server.address)
+    local = gateway_factory(routes=route(limit("fixed_window", key="header:X-K", limit=2, window="1m"),
+                                         on_error="local", path="/local"), store="redis", redis=redis_server.address)
+    assert deny.request(get("/limited", extra="X-K: a\r\n")).status == 200
+    redis_server.stop()
+    r = deny.request(get("/limited", extra="X-K: a\r\n"))
+    assert r.status == 503 and r.header("retry-after") == "1"
+    assert allow.request(get("/limited", extra="X-K: a\r\n")).status == 200
+    codes = [local.request(get("/local", extra="X-K: z\r\n")).status for _ in range(3)]
+    assert codes == [200, 200, 429]  # the memory store enforces the limit on this instance
+    redis_server.start()
+    end = time.monotonic() + 10
+    while time.monotonic() < end:
+        if deny.request(get("/limited", extra="X-K: b\r\n")).status == 200:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("no recovery after Redis came back")
+    deny.stop()
+    assert "rate-limit store error on route r" in deny.log_text()
