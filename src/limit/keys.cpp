@@ -8,6 +8,13 @@ namespace fg::limit {
 
 namespace {
 
+int hexval(char h) {
+  if (h >= '0' && h <= '9') return h - '0';
+  if (h >= 'a' && h <= 'f') return h - 'a' + 10;
+  if (h >= 'A' && h <= 'F') return h - 'A' + 10;
+  return -1;
+}
+
 bool unsafe(unsigned char c) {
   return c <= 0x20 || c >= 0x7f || c == '{' || c == '}' || c == ':' || c == '|' || c == '%';
 }
@@ -21,7 +28,8 @@ std::string digest(std::string_view v) {
     b = (b ^ c) * 1099511628211ull + 0x9e3779b97f4a7c15ull;
   }
   char buf[40];
-  std::snprintf(buf, sizeof buf, "#%016llx%016llx", static_cast<unsigned long long>(a),
+  // '%' starts it: an encoded value always has "%25" there, so none can equal a digest.
+  std::snprintf(buf, sizeof buf, "%%%016llx%016llx", static_cast<unsigned long long>(a),
                 static_cast<unsigned long long>(b));
   return buf;
 }
@@ -73,6 +81,7 @@ std::optional<std::string> build_key(std::string_view prefix, std::string_view r
                                      const request_parts& r) {
   using kind = config::key_source::kind;
   std::string identity;
+  std::string decoded;
   bool first = true;
   for (const auto& src : l.key) {
     std::optional<std::string_view> v;
@@ -80,7 +89,22 @@ std::optional<std::string> build_key(std::string_view prefix, std::string_view r
       case kind::global: v = "*"; break;
       case kind::ip: v = r.client; break;
       case kind::header: v = r.header ? r.header(r.header_ctx, src.name) : std::nullopt; break;
-      case kind::query: v = query_param(r.query, src.name); break;
+      case kind::query:
+        // Decoded, so "abc" and "%61bc" are one identity.
+        if (auto raw = query_param(r.query, src.name)) {
+          decoded.clear();
+          for (std::size_t i = 0; i < raw->size(); ++i) {
+            char c = (*raw)[i];
+            if (c == '%' && i + 2 < raw->size() && hexval((*raw)[i + 1]) >= 0 && hexval((*raw)[i + 2]) >= 0) {
+              decoded += static_cast<char>(hexval((*raw)[i + 1]) * 16 + hexval((*raw)[i + 2]));
+              i += 2;
+            } else {
+              decoded += c == '+' ? ' ' : c;
+            }
+          }
+          v = decoded;
+        }
+        break;
       case kind::cookie: {
         auto c = r.header ? r.header(r.header_ctx, "Cookie") : std::nullopt;
         if (c) v = cookie_value(*c, src.name);

@@ -122,6 +122,8 @@ def test_key_sources_and_missing_key(gateway_factory):
     g = gateway_factory(routes=route(limits))
     assert g.request(get("/limited?tenant=t1", extra="X-Api-Key: k1\r\n")).status == 200
     assert g.request(get("/limited?tenant=t1", extra="X-Api-Key: k1\r\n")).status == 429
+    # the same value percent-encoded is the same identity
+    assert g.request(get("/limited?tenant=t%31", extra="X-Api-Key: k1\r\n")).status == 429
     assert g.request(get("/limited?tenant=t2", extra="X-Api-Key: k1\r\n")).status == 200
     assert g.request(get("/limited?tenant=t1", extra="X-Api-Key: k2\r\n")).status == 200
     # skip: without the header the limit does not apply

@@ -1,0 +1,912 @@
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "config/config.hpp"
+#include "limit/algorithms.hpp"
+#include "limit/decision.hpp"
+#include "limit/headers.hpp"
+#include "limit/keys.hpp"
+#include "limit/memory_store.hpp"
+
+namespace cfg = fg::config;
+using fg::limit::decision;
+using fg::limit::key_state;
+using fg::limit::memory_store;
+using std::chrono::milliseconds;
+
+namespace {
+
+cfg::limit_config windowed(cfg::algorithm algo, std::uint64_t limit, std::int64_t window_ms, std::string name = "l") {
+  cfg::limit_config c;
+  c.name = std::move(name);
+  c.algo = algo;
+  c.limit = limit;
+  c.window = milliseconds(window_ms);
+  return c;
+}
+
+cfg::limit_config rated(cfg::algorithm algo, std::uint64_t count, std::int64_t per_ms, std::uint64_t burst,
+                        std::string name = "r") {
+  cfg::limit_config c;
+  c.name = std::move(name);
+  c.algo = algo;
+  c.rate_ = {count, milliseconds(per_ms)};
+  c.burst = burst;
+  return c;
+}
+
+decision eval(const cfg::limit_config& c, key_state& s, std::int64_t now, std::uint64_t cost = 1,
+              std::uint64_t lease = 0) {
+  return fg::limit::evaluate(c, s, now, cost, true, lease);
+}
+
+// How many requests of `cost` are admitted at `now` (committing each) before the first denial.
+int admit_all(const cfg::limit_config& c, key_state& s, std::int64_t now, std::uint64_t cost = 1) {
+  int n = 0;
+  while (eval(c, s, now, cost).allowed) {
+    if (++n > 100000) break;
+  }
+  return n;
+}
+
+// The memory store's shard of a key (it shards by std::hash % 64).
+std::size_t shard(const std::string& k) { return std::hash<std::string>{}(k) % 64; }
+
+std::string key_in_shard(std::size_t sh, const std::vector<std::string>& not_these) {
+  for (int i = 0;; ++i) {
+    auto k = "key" + std::to_string(i);
+    if (shard(k) != sh) continue;
+    bool taken = false;
+    for (const auto& t : not_these) taken = taken || t == k;
+    if (!taken) return k;
+  }
+}
+
+std::string key_not_in_shard(std::size_t sh) {
+  for (int i = 0;; ++i) {
+    auto k = "other" + std::to_string(i);
+    if (shard(k) != sh) return k;
+  }
+}
+
+// One store call over (cfg, key, cost) triples.
+struct call {
+  std::vector<fg::limit::check> checks;
+  std::vector<decision> out;
+  memory_store::result res = memory_store::result::ok;
+};
+
+call run(memory_store& st, std::vector<fg::limit::check> checks, std::int64_t now, std::uint64_t lease = 0) {
+  call c;
+  c.checks = std::move(checks);
+  c.out.resize(c.checks.size());
+  c.res = st.evaluate(c.checks, c.out, now, lease);
+  return c;
+}
+
+// Header lookup for build_key over a map (exact names).
+using header_map = std::map<std::string, std::string, std::less<>>;
+std::optional<std::string_view> lookup(const void* ctx, std::string_view name) {
+  const auto& m = *static_cast<const header_map*>(ctx);
+  auto it = m.find(name);
+  if (it == m.end()) return std::nullopt;
+  return std::string_view(it->second);
+}
+
+fg::limit::request_parts parts(const header_map& h, std::string_view client = "1.2.3.4", std::string_view query = "") {
+  fg::limit::request_parts r;
+  r.client = client;
+  r.query = query;
+  r.header = &lookup;
+  r.header_ctx = &h;
+  return r;
+}
+
+cfg::limit_config keyed(std::vector<cfg::key_source> key, cfg::on_missing_key missing = cfg::on_missing_key::anonymous,
+                        std::string name = "l") {
+  auto c = windowed(cfg::algorithm::fixed_window, 10, 1000, std::move(name));
+  c.key = std::move(key);
+  c.missing_key = missing;
+  return c;
+}
+
+using kind = cfg::key_source::kind;
+
+}  // namespace
+
+// ---------------------------------------------------------------- fixed_window
+
+TEST_CASE("fixed_window admits exactly the limit per window, counting down", "[limit]") {
+  auto c = windowed(cfg::algorithm::fixed_window, 3, 1000);
+  key_state s;
+
+  auto d = eval(c, s, 100);  // the window starts here: [100, 1100)
+  CHECK(d.allowed);
+  CHECK(d.limit == 3);
+  CHECK(d.remaining == 2);
+  CHECK(d.reset_ms == 1000);
+  CHECK(s.expires_at == 1100);
+
+  d = eval(c, s, 400);
+  CHECK(d.allowed);
+  CHECK(d.remaining == 1);
+  CHECK(d.reset_ms == 700);
+
+  d = eval(c, s, 600);
+  CHECK(d.allowed);
+  CHECK(d.remaining == 0);
+  CHECK(d.reset_ms == 500);
+
+  d = eval(c, s, 700);
+  CHECK_FALSE(d.allowed);
+  CHECK(d.remaining == 0);
+  CHECK(d.retry_ms == 400);
+  CHECK(d.reset_ms == 400);
+  // A denied request (even with commit) records nothing.
+  CHECK(s.count == 3);
+  CHECK(s.expires_at == 1100);
+
+  d = eval(c, s, 1099);
+  CHECK_FALSE(d.allowed);
+  CHECK(d.retry_ms == 1);
+
+  // The window edge: a fresh window starts with this request.
+  d = eval(c, s, 1100);
+  CHECK(d.allowed);
+  CHECK(d.remaining == 2);
+  CHECK(d.reset_ms == 1000);
+  CHECK(s.count == 1);
+  CHECK(s.expires_at == 2100);
+  CHECK(admit_all(c, s, 1500) == 2);
+}
+
+TEST_CASE("fixed_window without commit records nothing; cost > 1", "[limit]") {
+  auto c = windowed(cfg::algorithm::fixed_window, 10, 1000);
+  key_state s;
+  auto d = fg::limit::evaluate(c, s, 0, 1, false);
+  CHECK(d.allowed);
+  CHECK(d.remaining == 9);
+  CHECK(s.count == 0);
+  CHECK(s.expires_at == 0);
+
+  d = eval(c, s, 0, 4);
+  CHECK(d.allowed);
+  CHECK(d.remaining == 6);
+  d = eval(c, s, 1, 4);
+  CHECK(d.allowed);
+  CHECK(d.remaining == 2);
+  d = eval(c, s, 2, 4);  // 8 + 4 > 10
+  CHECK_FALSE(d.allowed);
+  CHECK(d.remaining == 2);
+  CHECK(d.retry_ms == 998);
+  CHECK(s.count == 8);
+  d = eval(c, s, 2, 2);  // exactly fills
+  CHECK(d.allowed);
+  CHECK(d.remaining == 0);
+  CHECK(s.count == 10);
+  CHECK_FALSE(eval(c, s, 3, 1).allowed);
+}
+
+// ---------------------------------------------------------------- sliding_log
+
+TEST_CASE("sliding_log counts every request at the same millisecond", "[limit]") {
+  auto c = windowed(cfg::algorithm::sliding_log, 3, 1000);
+  key_state s;
+  CHECK(eval(c, s, 0).remaining == 2);
+  CHECK(eval(c, s, 0).remaining == 1);
+  auto d = eval(c, s, 0);
+  CHECK(d.allowed);
+  CHECK(d.remaining == 0);
+  CHECK(d.reset_ms == 1000);
+  d = eval(c, s, 0);
+  CHECK_FALSE(d.allowed);
+  CHECK(d.remaining == 0);
+  CHECK(d.retry_ms == 1000);
+  CHECK(s.log.size() == 3);
+
+  d = eval(c, s, 999);
+  CHECK_FALSE(d.allowed);
+  CHECK(d.retry_ms == 1);
+  // Entries admitted at t leave at t + window exactly (time <= now - window is dropped).
+  CHECK(admit_all(c, s, 1000) == 3);
+}
+
+TEST_CASE("sliding_log entries leave exactly one window after admission; retry is exact", "[limit]") {
+  auto c = windowed(cfg::algorithm::sliding_log, 3, 1000);
+  key_state s;
+  CHECK(eval(c, s, 0).allowed);
+  auto d = eval(c, s, 100);
+  CHECK(d.allowed);
+  CHECK(d.remaining == 1);
+  CHECK(d.reset_ms == 900);  // whole again when the entry at 0 leaves
+  CHECK(eval(c, s, 200).allowed);
+
+  d = eval(c, s, 500);
+  CHECK_FALSE(d.allowed);
+  CHECK(d.retry_ms == 500);
+  CHECK(d.reset_ms == 500);
+  CHECK(eval(c, s, 999).retry_ms == 1);
+
+  d = eval(c, s, 1000);  // the entry at 0 has left
+  CHECK(d.allowed);
+  CHECK(d.remaining == 0);
+  CHECK(s.log == std::vector<std::int64_t>{100, 200, 1000});
+
+  d = eval(c, s, 1050);
+  CHECK_FALSE(d.allowed);
+  CHECK(d.retry_ms == 50);
+  CHECK(eval(c, s, 1100).allowed);
+  CHECK(s.expires_at == 2100);
+}
+
+TEST_CASE("sliding_log does not record rejected requests", "[limit]") {
+  auto c = windowed(cfg::algorithm::sliding_log, 3, 1000);
+  key_state s;
+  CHECK(admit_all(c, s, 0) == 3);
+  for (int t = 1; t <= 500; ++t) {
+    auto d = eval(c, s, t);
+    REQUIRE_FALSE(d.allowed);
+    REQUIRE(d.retry_ms == 1000 - t);
+  }
+  CHECK(s.log.size() == 3);
+  CHECK(admit_all(c, s, 1000) == 3);
+  auto d = eval(c, s, 1000);
+  CHECK_FALSE(d.allowed);
+  CHECK(d.retry_ms == 1000);
+}
+
+TEST_CASE("sliding_log with cost > 1", "[limit]") {
+  auto c = windowed(cfg::algorithm::sliding_log, 5, 1000);
+  key_state s;
+  CHECK(eval(c, s, 0, 2).remaining == 3);
+  CHECK(eval(c, s, 10, 2).remaining == 1);
+  CHECK(s.log == std::vector<std::int64_t>{0, 0, 10, 10});
+
+  auto d = eval(c, s, 20, 2);  // the oldest entry must leave first
+  CHECK_FALSE(d.allowed);
+  CHECK(d.remaining == 1);
+  CHECK(d.retry_ms == 980);
+  d = eval(c, s, 20, 1);
+  CHECK(d.allowed);
+  CHECK(d.remaining == 0);
+
+  d = eval(c, s, 30, 3);  // three must leave: the third oldest is at 10
+  CHECK_FALSE(d.allowed);
+  CHECK(d.retry_ms == 980);
+
+  d = eval(c, s, 1000, 3);  // both 0s left: [10, 10, 20] + 3 > 5
+  CHECK_FALSE(d.allowed);
+  CHECK(d.retry_ms == 10);
+  d = eval(c, s, 1010, 3);  // [20] + 3
+  CHECK(d.allowed);
+  CHECK(d.remaining == 1);
+
+  key_state e;
+  d = eval(c, e, 0, 6);  // more than the limit can never fit
+  CHECK_FALSE(d.allowed);
+  CHECK(d.retry_ms == 1000);
+  CHECK(e.log.empty());
+}
+
+// ---------------------------------------------------------------- sliding_window
+
+TEST_CASE("sliding_window weighs the previous bucket by the time left in it", "[limit]") {
+  auto c = windowed(cfg::algorithm::sliding_window, 10, 1000);
+  key_state filled;
+  auto d = eval(c, filled, 100);
+  CHECK(d.allowed);
+  CHECK(d.remaining == 9);
+  CHECK(d.reset_ms == 900);
+  CHECK(admit_all(c, filled, 100) == 9);
+  d = eval(c, filled, 100);
+  CHECK_FALSE(d.allowed);
+  CHECK(d.retry_ms == 900);  // nothing in the previous bucket: wait for the next one
+  CHECK(filled.count == 10);
+  CHECK(filled.expires_at == 2000);
+
+  // prev * (1 - elapsed / window) + curr + 1 <= 10
+  SECTION("25% into the next bucket: 7.5 + curr + 1 <= 10 admits 2") {
+    key_state s = filled;
+    d = eval(c, s, 1250);
+    CHECK(d.remaining == 1);
+    CHECK(d.reset_ms == 750);
+    CHECK(eval(c, s, 1250).remaining == 0);
+    d = eval(c, s, 1250);
+    CHECK_FALSE(d.allowed);
+    CHECK(d.retry_ms == 50);  // at 30%: 7 + 2 + 1 = 10
+    CHECK_FALSE(eval(c, s, 1299).allowed);
+    CHECK(eval(c, s, 1300).allowed);
+    CHECK_FALSE(eval(c, s, 1300).allowed);
+  }
+  SECTION("50%: 5 + curr + 1 <= 10 admits 5") {
+    key_state s = filled;
+    CHECK(admit_all(c, s, 1500) == 5);
+  }
+  SECTION("75%: 2.5 + curr + 1 <= 10 admits 7") {
+    key_state s = filled;
+    CHECK(admit_all(c, s, 1750) == 7);
+  }
+  SECTION("last millisecond of the next bucket: 0.01 + curr + 1 <= 10 admits 9") {
+    key_state s = filled;
+    CHECK(admit_all(c, s, 1999) == 9);
+  }
+  SECTION("a bucket two windows old is forgotten") {
+    key_state s = filled;
+    CHECK(admit_all(c, s, 2000) == 10);
+    key_state t = filled;
+    CHECK(admit_all(c, t, 5300) == 10);
+  }
+}
+
+// ---------------------------------------------------------------- token_bucket
+
+TEST_CASE("token_bucket starts full and refills at the rate, never above burst", "[limit]") {
+  auto c = rated(cfg::algorithm::token_bucket, 2, 1000, 4);  // 2/s: a token every 500 ms
+  key_state s;
+  auto d = eval(c, s, 0);
+  CHECK(d.allowed);
+  CHECK(d.limit == 4);
+  CHECK(d.remaining == 3);
+  CHECK(d.reset_ms == 500);
+  CHECK(eval(c, s, 0).remaining == 2);
+  CHECK(eval(c, s, 0).remaining == 1);
+  d = eval(c, s, 0);
+  CHECK(d.remaining == 0);
+  CHECK(d.reset_ms == 2000);
+
+  d = eval(c, s, 0);
+  CHECK_FALSE(d.allowed);
+  CHECK(d.remaining == 0);
+  CHECK(d.retry_ms == 500);
+  CHECK(d.reset_ms == 2000);
+  d = eval(c, s, 499);
+  CHECK_FALSE(d.allowed);
+  CHECK(d.retry_ms == 1);
+
+  d = eval(c, s, 500);  // one token after 1/rate
+  CHECK(d.allowed);
+  CHECK(d.remaining == 0);
+  d = eval(c, s, 500);
+  CHECK_FALSE(d.allowed);
+  CHECK(d.retry_ms == 500);
+
+  // burst/rate later it is full again: exactly 4, not more.
+  key_state full = s;
+  CHECK(admit_all(c, full, 2500) == 4);
+  key_state idle = s;
+  CHECK(admit_all(c, idle, 100000) == 4);
+
+  // Still live (key not expired) after a partial refill, capped at burst.
+  key_state p;
+  CHECK(eval(c, p, 0).remaining == 3);
+  CHECK(p.expires_at == 501);
+  CHECK(admit_all(c, p, 500) == 4);
+}
+
+TEST_CASE("token_bucket retry rounds up; cost takes several tokens", "[limit]") {
+  auto c = rated(cfg::algorithm::token_bucket, 3, 1000, 1);  // a token every 333.3 ms
+  key_state s;
+  CHECK(eval(c, s, 0).allowed);
+  auto d = eval(c, s, 0);
+  CHECK_FALSE(d.allowed);
+  CHECK(d.retry_ms == 334);
+  CHECK(eval(c, s, 333).retry_ms == 1);
+  CHECK(eval(c, s, 334).allowed);
+
+  auto k = rated(cfg::algorithm::token_bucket, 2, 1000, 4);
+  key_state t;
+  d = eval(k, t, 0, 3);
+  CHECK(d.allowed);
+  CHECK(d.remaining == 1);
+  d = eval(k, t, 0, 3);
+  CHECK_FALSE(d.allowed);
+  CHECK(d.remaining == 1);
+  CHECK(d.retry_ms == 1000);  // two more tokens at 2/s
+  d = eval(k, t, 0, 1);
+  CHECK(d.allowed);
+  CHECK(d.remaining == 0);
+  d = eval(k, t, 1500, 3);
+  CHECK(d.allowed);
+  CHECK(d.remaining == 0);
+}
+
+// ---------------------------------------------------------------- gcra
+
+TEST_CASE("gcra admits a burst, then one per emission interval", "[limit]") {
+  auto c = rated(cfg::algorithm::gcra, 10, 1000, 3);  // T = 100 ms
+  key_state s;
+  auto d = eval(c, s, 0);
+  CHECK(d.allowed);
+  CHECK(d.limit == 3);
+  CHECK(d.remaining == 2);
+  CHECK(d.reset_ms == 100);
+  CHECK(eval(c, s, 0).remaining == 1);
+  d = eval(c, s, 0);
+  CHECK(d.remaining == 0);
+  CHECK(d.reset_ms == 300);
+
+  d = eval(c, s, 0);
+  CHECK_FALSE(d.allowed);
+  CHECK(d.remaining == 0);
+  CHECK(d.retry_ms == 100);
+  CHECK(d.reset_ms == 300);
+  CHECK(eval(c, s, 50).retry_ms == 50);
+  CHECK(eval(c, s, 99).retry_ms == 1);
+
+  for (int t = 100; t <= 500; t += 100) {
+    d = eval(c, s, t);
+    REQUIRE(d.allowed);
+    REQUIRE(d.remaining == 0);
+    d = eval(c, s, t);
+    REQUIRE_FALSE(d.allowed);
+    REQUIRE(d.retry_ms == 100);
+    d = eval(c, s, t + 50);
+    REQUIRE_FALSE(d.allowed);
+    REQUIRE(d.retry_ms == 50);
+  }
+
+  key_state partial = s;  // TAT = 800 at 500; at 700, two intervals are back
+  CHECK(admit_all(c, partial, 700) == 2);
+  key_state idle = s;
+  CHECK(admit_all(c, idle, 60000) == 3);
+}
+
+TEST_CASE("gcra retry rounds up; cost > 1", "[limit]") {
+  auto c = rated(cfg::algorithm::gcra, 3, 1000, 1);  // T = 333.3 ms
+  key_state s;
+  CHECK(eval(c, s, 0).allowed);
+  auto d = eval(c, s, 0);
+  CHECK_FALSE(d.allowed);
+  CHECK(d.retry_ms == 334);
+  CHECK(eval(c, s, 333).retry_ms == 1);
+  CHECK(eval(c, s, 334).allowed);
+
+  auto k = rated(cfg::algorithm::gcra, 10, 1000, 5);
+  key_state t;
+  d = eval(k, t, 0, 3);
+  CHECK(d.allowed);
+  CHECK(d.remaining == 2);
+  d = eval(k, t, 0, 3);
+  CHECK_FALSE(d.allowed);
+  CHECK(d.remaining == 2);
+  CHECK(d.retry_ms == 100);
+  CHECK(eval(k, t, 0, 2).remaining == 0);
+  CHECK(eval(k, t, 300, 3).allowed);
+}
+
+// ---------------------------------------------------------------- concurrency
+
+TEST_CASE("concurrency: leases at once, release, expiry", "[limit]") {
+  auto c = windowed(cfg::algorithm::concurrency, 2, 30000);
+  key_state s;
+  auto d = eval(c, s, 0, 1, 1);
+  CHECK(d.allowed);
+  CHECK(d.limit == 2);
+  CHECK(d.remaining == 1);
+  CHECK(eval(c, s, 0, 1, 2).remaining == 0);
+  d = eval(c, s, 0, 1, 3);
+  CHECK_FALSE(d.allowed);
+  CHECK(d.remaining == 0);
+  CHECK(d.retry_ms == 1000);
+  CHECK(s.leases.size() == 2);
+
+  fg::limit::release_lease(s, 1);
+  CHECK(s.leases.size() == 1);
+  CHECK(eval(c, s, 1000, 1, 3).allowed);  // lease 2 until 30000, lease 3 until 31000
+  CHECK_FALSE(eval(c, s, 1000, 1, 4).allowed);
+  fg::limit::release_lease(s, 99);  // unknown: nothing happens
+  CHECK(s.leases.size() == 2);
+
+  // A gateway that never released: its leases are reclaimed after the window.
+  CHECK_FALSE(eval(c, s, 29999, 1, 4).allowed);
+  d = eval(c, s, 30000, 1, 4);
+  CHECK(d.allowed);
+  CHECK(d.remaining == 0);
+  CHECK_FALSE(eval(c, s, 30000, 1, 5).allowed);
+  CHECK(eval(c, s, 31000, 1, 5).allowed);
+  CHECK(s.expires_at == 61000);
+}
+
+// ---------------------------------------------------------------- memory_store
+
+TEST_CASE("memory_store: a denying limit records nothing for the others", "[limit]") {
+  memory_store st;
+  auto a = windowed(cfg::algorithm::fixed_window, 5, 1000, "a");
+  auto b = windowed(cfg::algorithm::fixed_window, 1, 1000, "b");
+  auto both = [&](std::int64_t now) { return run(st, {{&a, "ka", 1}, {&b, "kb", 1}}, now); };
+
+  auto r = both(0);
+  REQUIRE(r.res == memory_store::result::ok);
+  CHECK(r.out[0].allowed);
+  CHECK(r.out[0].remaining == 4);
+  CHECK(r.out[1].allowed);
+  CHECK(r.out[1].remaining == 0);
+
+  for (int i = 0; i < 3; ++i) {
+    r = both(10 + i);
+    CHECK(r.out[0].allowed);
+    CHECK(r.out[0].remaining == 3);  // what it would have left; not recorded
+    CHECK_FALSE(r.out[1].allowed);
+    CHECK(r.out[1].retry_ms == 990 - i);
+  }
+  r = run(st, {{&a, "ka", 1}}, 20);
+  CHECK(r.out[0].allowed);
+  CHECK(r.out[0].remaining == 3);  // only the first request counted
+
+  // Sliding log too: a blocked request leaves no entry.
+  auto l = windowed(cfg::algorithm::sliding_log, 3, 1000, "l");
+  r = run(st, {{&l, "kl", 1}, {&b, "kb", 1}}, 30);
+  CHECK(r.out[0].allowed);
+  CHECK_FALSE(r.out[1].allowed);
+  r = run(st, {{&l, "kl", 1}}, 40);
+  CHECK(r.out[0].remaining == 2);
+}
+
+TEST_CASE("memory_store: a shadow limit never blocks and records only admissions", "[limit]") {
+  memory_store st;
+  auto a = windowed(cfg::algorithm::fixed_window, 5, 1000, "a");
+  auto s = windowed(cfg::algorithm::fixed_window, 3, 1000, "s");
+  s.shadow = true;
+
+  auto r = run(st, {{&a, "ka", 1}, {&s, "ks", 2}}, 0);
+  CHECK(r.out[0].allowed);
+  CHECK(r.out[1].allowed);
+  CHECK(r.out[1].remaining == 1);
+
+  r = run(st, {{&a, "ka", 1}, {&s, "ks", 2}}, 1);  // 2 + 2 > 3: the shadow limit denies
+  CHECK(r.out[0].allowed);
+  CHECK(r.out[0].remaining == 3);
+  CHECK_FALSE(r.out[1].allowed);
+
+  r = run(st, {{&a, "ka", 1}}, 2);
+  CHECK(r.out[0].remaining == 2);  // both requests recorded for the enforced limit
+  r = run(st, {{&s, "ks", 1}}, 3);
+  CHECK(r.out[0].allowed);  // the shadow's denied request (cost 2) was not recorded
+  CHECK(r.out[0].remaining == 0);
+}
+
+TEST_CASE("memory_store: expired keys are swept", "[limit]") {
+  memory_store st;
+  auto c = windowed(cfg::algorithm::fixed_window, 5, 1000);
+  std::string k1 = "key-a";
+  std::string k2 = key_in_shard(shard(k1), {k1});
+  run(st, {{&c, k1, 1}}, 0);  // k1 until 1000
+  CHECK(st.size() == 1);
+  run(st, {{&c, k2, 1}}, 999);  // k2 until 1999
+  CHECK(st.size() == 2);
+  run(st, {{&c, k2, 1}}, 1000);  // the shard is swept: k1 has expired
+  CHECK(st.size() == 1);
+  auto r = run(st, {{&c, k1, 1}}, 1001);
+  CHECK(r.out[0].remaining == 4);  // a fresh key
+  CHECK(st.size() == 2);
+  run(st, {{&c, k1, 1}}, 2500);  // both expired; k1 is re-created
+  CHECK(st.size() == 1);
+}
+
+TEST_CASE("memory_store: new keys past the cap are refused until keys expire", "[limit]") {
+  memory_store st(64);  // one key per shard
+  auto c = windowed(cfg::algorithm::fixed_window, 5, 1000);
+  std::string k1 = "key-a";
+  std::string k2 = key_in_shard(shard(k1), {k1});
+  std::string k3 = key_not_in_shard(shard(k1));
+
+  CHECK(run(st, {{&c, k1, 1}}, 0).res == memory_store::result::ok);
+  CHECK(run(st, {{&c, k2, 1}}, 10).res == memory_store::result::full);
+  CHECK(run(st, {{&c, k1, 1}}, 10).res == memory_store::result::ok);  // existing keys still work
+  CHECK(run(st, {{&c, k3, 1}}, 10).res == memory_store::result::ok);
+  CHECK(st.size() == 2);
+
+  auto r = run(st, {{&c, k2, 1}}, 1000);  // k1 expired: its place is free
+  CHECK(r.res == memory_store::result::ok);
+  CHECK(r.out[0].allowed);
+  CHECK(r.out[0].remaining == 4);
+  CHECK(run(st, {{&c, k1, 1}}, 1001).res == memory_store::result::full);
+}
+
+TEST_CASE("memory_store: a sweep for a new key never frees a key the same call uses", "[limit]") {
+  // One key per shard; x expires, then one request needs two new keys in that shard.
+  memory_store st(64);
+  auto c = windowed(cfg::algorithm::fixed_window, 5, 100);
+  std::string x = "key-x";
+  std::string a = key_in_shard(shard(x), {x});
+  std::string b = key_in_shard(shard(x), {x, a});
+  REQUIRE(run(st, {{&c, x, 1}}, 0).res == memory_store::result::ok);
+  // Two keys cannot fit in a one-key shard.
+  CHECK(run(st, {{&c, a, 1}, {&c, b, 1}}, 200).res == memory_store::result::full);
+  // An expired key that the call reuses must not be swept from under it either.
+  memory_store st2(64);
+  REQUIRE(run(st2, {{&c, x, 1}}, 0).res == memory_store::result::ok);
+  CHECK(run(st2, {{&c, x, 1}, {&c, a, 1}}, 200).res == memory_store::result::full);
+  auto r = run(st2, {{&c, x, 1}}, 200);
+  CHECK(r.res == memory_store::result::ok);
+  CHECK(r.out[0].remaining == 4);
+}
+
+TEST_CASE("memory_store: concurrency leases released through the store", "[limit]") {
+  memory_store st;
+  auto c = windowed(cfg::algorithm::concurrency, 1, 30000);
+  auto r = run(st, {{&c, "kc", 1}}, 0, 7);
+  CHECK(r.out[0].allowed);
+  CHECK_FALSE(run(st, {{&c, "kc", 1}}, 1, 8).out[0].allowed);
+  st.release("kc", 8);  // not holding one: nothing changes
+  CHECK_FALSE(run(st, {{&c, "kc", 1}}, 2, 8).out[0].allowed);
+  st.release("kc", 7);
+  CHECK(run(st, {{&c, "kc", 1}}, 3, 8).out[0].allowed);
+  CHECK_FALSE(run(st, {{&c, "kc", 1}}, 4, 9).out[0].allowed);
+  st.release("no-such-key", 8);
+  CHECK(run(st, {{&c, "kc", 1}}, 30003, 9).out[0].allowed);  // lease 8 expired
+}
+
+TEST_CASE("memory_store: threads share one key exactly", "[limit]") {
+  memory_store st;
+  auto c = windowed(cfg::algorithm::fixed_window, 1000, 60000);
+  std::atomic<int> admitted{0}, denied{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 500; ++i) {
+        fg::limit::check ch{&c, "shared", 1};
+        decision d;
+        st.evaluate(std::span<const fg::limit::check>(&ch, 1), std::span<decision>(&d, 1), 5, 0);
+        (d.allowed ? admitted : denied)++;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(admitted == 1000);
+  CHECK(denied == 1000);
+}
+
+// ---------------------------------------------------------------- keys
+
+TEST_CASE("build_key: sources and the exact format", "[limit]") {
+  header_map h{{"X-Api-Key", "abc"}, {"Cookie", "a=1; sid=xyz"}};
+  auto r = parts(h, "1.2.3.4", "a=1&user=bob&c=3");
+  using fg::limit::build_key;
+
+  CHECK(build_key("fg:", "api", keyed({{kind::global, {}}}, cfg::on_missing_key::anonymous, "all"), r) ==
+        "fg:{api:all:*}");
+  CHECK(build_key("fg:", "api", keyed({{kind::ip, {}}}, cfg::on_missing_key::anonymous, "per-ip"), r) ==
+        "fg:{api:per-ip:1.2.3.4}");
+  CHECK(build_key("fg:", "api", keyed({{kind::header, "X-Api-Key"}}), r) == "fg:{api:l:abc}");
+  CHECK(build_key("fg:", "api", keyed({{kind::query, "user"}}), r) == "fg:{api:l:bob}");
+  CHECK(build_key("fg:", "api", keyed({{kind::cookie, "sid"}}), r) == "fg:{api:l:xyz}");
+  CHECK(build_key("", "r", keyed({{kind::ip, {}}, {kind::header, "X-Api-Key"}, {kind::query, "c"}}), r) ==
+        "{r:l:1.2.3.4|abc|3}");
+
+  auto v6 = parts(h, "2001:db8::/64");
+  CHECK(build_key("fg:", "api", keyed({{kind::ip, {}}}), v6) == "fg:{api:l:2001%3Adb8%3A%3A/64}");
+}
+
+TEST_CASE("build_key: unsafe characters are percent-encoded", "[limit]") {
+  using fg::limit::build_key;
+  header_map h{{"X-K", std::string("a}b{c:d|e%f g\x01\x7f\xc3\xa9", 17)}};
+  CHECK(build_key("p", "r", keyed({{kind::header, "X-K"}}), parts(h)) ==
+        "p{r:l:a%7Db%7Bc%3Ad%7Ce%25f%20g%01%7F%C3%A9}");
+
+  std::string out = "x";
+  fg::limit::append_encoded(out, "A-z_0.9~/+=");
+  CHECK(out == "xA-z_0.9~/+=");
+
+  // A value cannot close the hash tag early.
+  header_map evil{{"X-K", "a}b"}};
+  auto k = build_key("p", "r", keyed({{kind::header, "X-K"}}), parts(evil));
+  REQUIRE(k);
+  CHECK(k->find('}') == k->size() - 1);
+
+  // Different identities never collide through the separators or the markers.
+  auto two = keyed({{kind::header, "X-A"}, {kind::header, "X-B"}});
+  header_map h1{{"X-A", "a|b"}, {"X-B", "c"}};
+  header_map h2{{"X-A", "a"}, {"X-B", "b|c"}};
+  CHECK(*build_key("p", "r", two, parts(h1)) == "p{r:l:a%7Cb|c}");
+  CHECK(*build_key("p", "r", two, parts(h2)) == "p{r:l:a|b%7Cc}");
+  header_map anon_value{{"X-A", "%anon"}};
+  CHECK(*build_key("p", "r", keyed({{kind::header, "X-A"}}), parts(anon_value)) == "p{r:l:%25anon}");
+  header_map none;
+  CHECK(*build_key("p", "r", keyed({{kind::header, "X-A"}}), parts(none)) == "p{r:l:%anon}");
+}
+
+TEST_CASE("build_key: a missing source is skipped or anonymous", "[limit]") {
+  using fg::limit::build_key;
+  header_map h{{"X-Empty", ""}};
+  auto r = parts(h, "1.2.3.4", "user=");
+  auto skip = cfg::on_missing_key::skip;
+  auto anon = cfg::on_missing_key::anonymous;
+
+  CHECK_FALSE(build_key("p", "r", keyed({{kind::header, "X-Api-Key"}}, skip), r).has_value());
+  CHECK(build_key("p", "r", keyed({{kind::header, "X-Api-Key"}}, anon), r) == "p{r:l:%anon}");
+  // Empty values are missing too.
+  CHECK_FALSE(build_key("p", "r", keyed({{kind::header, "X-Empty"}}, skip), r).has_value());
+  CHECK_FALSE(build_key("p", "r", keyed({{kind::query, "user"}}, skip), r).has_value());
+  CHECK(build_key("p", "r", keyed({{kind::query, "user"}}, anon), r) == "p{r:l:%anon}");
+  CHECK(build_key("p", "r", keyed({{kind::cookie, "sid"}}, anon), r) == "p{r:l:%anon}");
+  // In a list: skip drops the whole key, anonymous marks the part.
+  CHECK_FALSE(build_key("p", "r", keyed({{kind::ip, {}}, {kind::header, "X-Api-Key"}}, skip), r).has_value());
+  CHECK(build_key("p", "r", keyed({{kind::ip, {}}, {kind::header, "X-Api-Key"}}, anon), r) ==
+        "p{r:l:1.2.3.4|%anon}");
+  // No header callback at all.
+  fg::limit::request_parts bare;
+  bare.client = "9.9.9.9";
+  CHECK(build_key("p", "r", keyed({{kind::header, "X"}, {kind::ip, {}}}, anon), bare) == "p{r:l:%anon|9.9.9.9}");
+}
+
+TEST_CASE("build_key: long identities become a stable digest", "[limit]") {
+  using fg::limit::build_key;
+  auto l = keyed({{kind::header, "X-K"}});
+  std::string v200(200, 'a');
+  header_map h200{{"X-K", v200}};
+  CHECK(build_key("p", "r", l, parts(h200)) == "p{r:l:" + v200 + "}");  // 200 bytes stay as they are
+
+  std::string v201(201, 'a');
+  header_map h1{{"X-K", v201}};
+  auto k1 = build_key("p", "r", l, parts(h1));
+  REQUIRE(k1);
+  CHECK(k1->size() == std::string("p{r:l:}").size() + 33);
+  CHECK(k1->substr(0, 7) == "p{r:l:%");
+  CHECK(k1->find("aaaa") == std::string::npos);
+  CHECK(k1->back() == '}');
+  CHECK(build_key("p", "r", l, parts(h1)) == k1);  // stable
+
+  std::string other = v201;
+  other[100] = 'b';
+  header_map h2{{"X-K", other}};
+  auto k2 = build_key("p", "r", l, parts(h2));
+  CHECK(k2 != k1);
+  // Encoding counts towards the 200 bytes: 67 spaces are 201 encoded bytes.
+  header_map h3{{"X-K", std::string(67, ' ')}};
+  CHECK(build_key("p", "r", l, parts(h3))->substr(0, 7) == "p{r:l:%");
+  header_map h4{{"X-K", std::string(66, ' ')}};
+  CHECK(build_key("p", "r", l, parts(h4))->size() == 7 + 198);
+}
+
+TEST_CASE("query_param and cookie_value", "[limit]") {
+  using fg::limit::cookie_value;
+  using fg::limit::query_param;
+  struct q {
+    const char* query;
+    const char* name;
+    std::optional<std::string_view> want;
+  };
+  for (const auto& t : std::vector<q>{
+           {"a=1&b=2", "a", "1"},
+           {"a=1&b=2", "b", "2"},
+           {"a=1&b=2", "c", std::nullopt},
+           {"", "a", std::nullopt},
+           {"a", "a", ""},
+           {"a=", "a", ""},
+           {"ab=1&a=2", "a", "2"},
+           {"a=1&a=2", "a", "1"},  // the first wins
+           {"x=1&&a=3", "a", "3"},
+           {"a=b=c", "a", "b=c"},
+           {"A=1", "a", std::nullopt},
+       }) {
+    INFO(t.query << " / " << t.name);
+    CHECK(query_param(t.query, t.name) == t.want);
+  }
+  for (const auto& t : std::vector<q>{
+           {"a=1; b=2", "a", "1"},
+           {"a=1; b=2", "b", "2"},
+           {"a=1;b=2", "b", "2"},
+           {" a = 1 ;  sid = xyz ", "sid", "xyz"},
+           {"sid=\"quoted\"", "sid", "quoted"},
+           {"sid=\"", "sid", "\""},
+           {"xsid=1; sid=2", "sid", "2"},
+           {"flag; sid=3", "sid", "3"},
+           {"flag", "flag", std::nullopt},
+           {"a=1", "b", std::nullopt},
+           {"", "a", std::nullopt},
+       }) {
+    INFO(t.query << " / " << t.name);
+    CHECK(cookie_value(t.query, t.name) == t.want);
+  }
+}
+
+// ---------------------------------------------------------------- headers
+
+namespace {
+
+std::string headers(cfg::headers_mode mode, std::vector<const cfg::limit_config*> limits,
+                    std::vector<decision> decisions, bool denied) {
+  std::string out;
+  fg::limit::append_rate_headers(out, mode, limits, decisions, denied);
+  return out;
+}
+
+decision dec(bool allowed, std::uint64_t limit, std::uint64_t remaining, std::int64_t reset_ms,
+             std::int64_t retry_ms = 0) {
+  decision d;
+  d.allowed = allowed;
+  d.limit = limit;
+  d.remaining = remaining;
+  d.reset_ms = reset_ms;
+  d.retry_ms = retry_ms;
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("rate headers: ietf", "[limit]") {
+  auto ip = windowed(cfg::algorithm::sliding_log, 3, 5000, "per-ip");
+  auto ietf = cfg::headers_mode::ietf;
+  CHECK(headers(ietf, {&ip}, {dec(true, 3, 0, 3500)}, false) ==
+        "RateLimit-Policy: \"per-ip\";q=3;w=5\r\n"
+        "RateLimit: \"per-ip\";r=0;t=4\r\n");
+  CHECK(headers(ietf, {&ip}, {dec(false, 3, 2, 4000, 3001)}, true) ==
+        "Retry-After: 4\r\n"
+        "RateLimit-Policy: \"per-ip\";q=3;w=5\r\n"
+        "RateLimit: \"per-ip\";r=0;t=4\r\n");
+
+  auto tb = rated(cfg::algorithm::token_bucket, 10, 1000, 20, "burst");  // full in 2 s
+  CHECK(headers(ietf, {&ip, &tb}, {dec(true, 3, 2, 5000), dec(true, 20, 15, 500)}, false) ==
+        "RateLimit-Policy: \"per-ip\";q=3;w=5, \"burst\";q=20;w=2\r\n"
+        "RateLimit: \"per-ip\";r=2;t=5, \"burst\";r=15;t=1\r\n");
+
+  auto g = rated(cfg::algorithm::gcra, 3, 1000, 1, "g");  // 333 ms -> 1 s
+  CHECK(headers(ietf, {&g}, {dec(true, 1, 0, 334)}, false) ==
+        "RateLimit-Policy: \"g\";q=1;w=1\r\n"
+        "RateLimit: \"g\";r=0;t=1\r\n");
+  CHECK(headers(ietf, {}, {}, false).empty());
+}
+
+TEST_CASE("rate headers: legacy, both, none", "[limit]") {
+  auto ip = windowed(cfg::algorithm::fixed_window, 3, 5000, "per-ip");
+  auto tb = rated(cfg::algorithm::token_bucket, 10, 1000, 20, "burst");
+
+  CHECK(headers(cfg::headers_mode::legacy, {&ip, &tb}, {dec(true, 3, 2, 4200), dec(true, 20, 15, 500)}, false) ==
+        "X-RateLimit-Limit: 3\r\n"
+        "X-RateLimit-Remaining: 2\r\n"
+        "X-RateLimit-Reset: 5\r\n");
+  // The denying limit is the most restrictive; its retry is the reset.
+  CHECK(headers(cfg::headers_mode::legacy, {&ip, &tb}, {dec(true, 3, 2, 4200), dec(false, 20, 0, 2000, 250)},
+                true) ==
+        "Retry-After: 1\r\n"
+        "X-RateLimit-Limit: 20\r\n"
+        "X-RateLimit-Remaining: 0\r\n"
+        "X-RateLimit-Reset: 1\r\n");
+
+  CHECK(headers(cfg::headers_mode::both, {&ip}, {dec(true, 3, 1, 1000)}, false) ==
+        "RateLimit-Policy: \"per-ip\";q=3;w=5\r\n"
+        "RateLimit: \"per-ip\";r=1;t=1\r\n"
+        "X-RateLimit-Limit: 3\r\n"
+        "X-RateLimit-Remaining: 1\r\n"
+        "X-RateLimit-Reset: 1\r\n");
+
+  CHECK(headers(cfg::headers_mode::none, {&ip}, {dec(true, 3, 1, 1000)}, false).empty());
+  CHECK(headers(cfg::headers_mode::none, {&ip}, {dec(false, 3, 0, 1000, 1000)}, true) == "Retry-After: 1\r\n");
+}
+
+TEST_CASE("rate headers: Retry-After only when denied, whole seconds up, at least 1", "[limit]") {
+  auto ip = windowed(cfg::algorithm::fixed_window, 3, 5000, "per-ip");
+  auto none = cfg::headers_mode::none;
+  CHECK(headers(none, {&ip}, {dec(false, 3, 0, 0, 0)}, true) == "Retry-After: 1\r\n");
+  CHECK(headers(none, {&ip}, {dec(false, 3, 0, 1, 1)}, true) == "Retry-After: 1\r\n");
+  CHECK(headers(none, {&ip}, {dec(false, 3, 0, 1000, 1000)}, true) == "Retry-After: 1\r\n");
+  CHECK(headers(none, {&ip}, {dec(false, 3, 0, 1001, 1001)}, true) == "Retry-After: 2\r\n");
+  // Not denied: no Retry-After, even with a (shadow) limit that said no.
+  auto sh = ip;
+  sh.shadow = true;
+  CHECK(headers(none, {&sh}, {dec(false, 3, 0, 9000, 9000)}, false).empty());
+  // The longest wait among the enforced limits that denied; shadow ones do not count.
+  auto two = ip;
+  two.name = "two";
+  CHECK(headers(none, {&sh, &ip, &two}, {dec(false, 3, 0, 9000, 9000), dec(false, 3, 0, 1500, 1500),
+                                          dec(false, 3, 0, 2500, 2500)},
+                true) == "Retry-After: 3\r\n");
+
+  CHECK(fg::limit::ceil_seconds(-5) == 0);
+  CHECK(fg::limit::ceil_seconds(0) == 0);
+  CHECK(fg::limit::ceil_seconds(1) == 1);
+  CHECK(fg::limit::ceil_seconds(999) == 1);
+  CHECK(fg::limit::ceil_seconds(1000) == 1);
+  CHECK(fg::limit::ceil_seconds(1001) == 2);
+  CHECK(fg::limit::ceil_seconds(4500) == 5);
+}
