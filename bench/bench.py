@@ -1,5 +1,8 @@
 #!/usr/bin/env python3
-"""floodgate vs nginx plain proxy, same machine, one run. See bench/run.sh."""
+"""floodgate vs nginx plain proxy, same machine, one run. See bench/run.sh.
+
+Runs: nginx (plain proxy_pass), floodgate (no limit), fg+redis (a per-IP Redis limit
+on every request, never reached), fg flood (one client far past its Redis limit)."""
 import os
 import random
 import re
@@ -61,18 +64,35 @@ http {{
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def start_floodgate(work, port, upstream_port):
+def start_floodgate(work, port, upstream_port, redis_port):
+    # One process, three routes: no limit; a per-IP Redis limit high enough that nothing
+    # is denied; and a per-IP Redis limit that a flood is far past (answered from the
+    # local deny cache).
     conf = work / "floodgate.yaml"
     conf.write_text(f"""listen: "127.0.0.1:{port}"
 workers: 1
 log:
   level: warn
   access_log: off
+store: redis
+redis:
+  addresses: ["127.0.0.1:{redis_port}"]
+  timeout: 100ms
 upstreams:
   origin:
     address: "127.0.0.1:{upstream_port}"
     max_idle: 1024
 routes:
+  - name: limited
+    match: {{path: /limited}}
+    upstream: origin
+    limits:
+      - {{name: per-ip, algorithm: fixed_window, key: ip, limit: 1000000000, window: 1h}}
+  - name: flood
+    match: {{path: /flood}}
+    upstream: origin
+    limits:
+      - {{name: per-ip, algorithm: fixed_window, key: ip, limit: 10, window: 1h}}
   - name: all
     match:
       path_prefix: /
@@ -87,17 +107,23 @@ def parse_ms(text):
     return v / 1000 if unit == "us" else v * 1000 if unit == "s" else v
 
 
-def wrk(port, conns, seconds):
+def wrk(port, conns, seconds, path="/", expect_errors=False):
     out = subprocess.run(["taskset", "-c", CLIENT_CORE, "wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "--latency",
-                          f"http://127.0.0.1:{port}/"], capture_output=True, text=True, check=True).stdout
+                          f"http://127.0.0.1:{port}{path}"], capture_output=True, text=True, check=True).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    wrk.last_requests = int(re.search(r"(\d+) requests in", out).group(1))
     p50 = parse_ms(re.search(r"\s50%\s+(\S+)", out).group(1))
     p99 = parse_ms(re.search(r"\s99%\s+(\S+)", out).group(1))
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     sock_err = re.search(r"Socket errors: (.*)", out)
-    if errors or sock_err:
+    if (errors and not expect_errors) or sock_err:
         print(f"  warning: port {port} c={conns}: {errors.group(0) if errors else ''} {sock_err.group(0) if sock_err else ''}")
     return rps, p50, p99
+
+
+def redis_calls(port):
+    out = subprocess.run(["redis-cli", "-p", str(port), "info", "commandstats"], capture_output=True, text=True).stdout
+    return sum(int(line.split("calls=")[1].split(",")[0]) for line in out.splitlines() if line.startswith("cmdstat_eval"))
 
 
 def peak_rss_kib(pid):
@@ -108,45 +134,59 @@ def peak_rss_kib(pid):
 
 
 def main():
-    for tool in ("nginx", "wrk", "taskset"):
+    for tool in ("nginx", "wrk", "taskset", "redis-server", "redis-cli"):
         if not shutil.which(tool):
             sys.exit(f"{tool} not found: run bench/run.sh (it installs it)")
     work = Path(tempfile.mkdtemp(prefix="fg-bench-"))
-    up_port, nginx_port, fg_port = free_port(), free_port(), free_port()
+    up_port, nginx_port, fg_port, redis_port = free_port(), free_port(), free_port(), free_port()
     procs = []
     try:
+        procs.append(subprocess.Popen(["taskset", "-c", SERVER_CORE, "redis-server", "--port", str(redis_port),
+                                       "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        wait_port(redis_port)
         procs.append(nginx(work, "origin", f'listen 127.0.0.1:{up_port} backlog=4096; location / {{ return 200 "ok\\n"; }}'))
         procs.append(nginx(work, "proxy",
                            f"listen 127.0.0.1:{nginx_port} backlog=4096; location / {{ proxy_pass http://origin; "
                            'proxy_http_version 1.1; proxy_set_header Connection ""; }',
                            f"upstream origin {{ server 127.0.0.1:{up_port}; keepalive 1024; keepalive_requests 100000000; }}"))
-        fg = start_floodgate(work, fg_port, up_port)
+        fg = start_floodgate(work, fg_port, up_port, redis_port)
         procs.append(fg)
         for p in (up_port, nginx_port, fg_port):
             wait_port(p)
-        targets = {"nginx": nginx_port, "floodgate": fg_port}
-        # warm-up: fill both upstream pools
-        for name, port in targets.items():
-            wrk(port, 256, 2)
+        targets = {"nginx": (nginx_port, "/"), "floodgate": (fg_port, "/"), "fg+redis": (fg_port, "/limited"),
+                   "fg flood": (fg_port, "/flood")}
+        # warm-up: fill the upstream pools
+        for name, (port, path) in targets.items():
+            wrk(port, 256, 2, path, expect_errors=True)
         runs = [(name, c) for name in targets for c in CONNECTIONS] * ROUNDS
         random.shuffle(runs)
         results = {}
         print(f"{len(runs)} runs of {SECONDS}s, shuffled; wrk on core {CLIENT_CORE}, servers on core {SERVER_CORE}")
+        commands = {}
         for i, (name, c) in enumerate(runs, 1):
-            r = wrk(targets[name], c, SECONDS)
+            port, path = targets[name]
+            before = redis_calls(redis_port)
+            r = wrk(port, c, SECONDS, path, expect_errors=name == "fg flood")
+            per_req = (redis_calls(redis_port) - before) / max(1, wrk.last_requests)
+            commands.setdefault(name, []).append(per_req)
             results.setdefault((name, c), []).append(r)
-            print(f"  [{i:2}/{len(runs)}] {name:9} c={c:<3} {r[0]:10.0f} req/s  p50 {r[1]:6.2f} ms  p99 {r[2]:6.2f} ms")
+            print(f"  [{i:2}/{len(runs)}] {name:9} c={c:<3} {r[0]:10.0f} req/s  p50 {r[1]:6.2f} ms  p99 {r[2]:6.2f} ms"
+                  f"  redis cmds/req {per_req:.4f}")
         rss = peak_rss_kib(fg.pid)
         print()
-        print(f"{'connections':>11} | {'nginx req/s':>11} {'p50':>7} {'p99':>7} | {'floodgate req/s':>15} {'p50':>7} {'p99':>7} | {'req/s ratio':>11} {'p99 ratio':>9}")
+        print("medians; ratios against nginx plain proxy at the same connection count")
+        print(f"{'run':>10} {'conns':>5} | {'req/s':>9} {'p50':>8} {'p99':>8} | {'req/s ratio':>11} {'p99 ratio':>9} | {'redis cmds/req':>14}")
         for c in CONNECTIONS:
             med = {}
             for name in targets:
                 rs = results[(name, c)]
                 med[name] = tuple(statistics.median(x[k] for x in rs) for k in range(3))
-            n, f = med["nginx"], med["floodgate"]
-            print(f"{c:>11} | {n[0]:>11.0f} {n[1]:>6.2f}ms {n[2]:>6.2f}ms | {f[0]:>15.0f} {f[1]:>6.2f}ms {f[2]:>6.2f}ms | "
-                  f"{f[0] / n[0]:>10.2f}x {f[2] / n[2]:>8.2f}x")
+            n = med["nginx"]
+            for name in targets:
+                f = med[name]
+                print(f"{name:>10} {c:>5} | {f[0]:>9.0f} {f[1]:>6.2f}ms {f[2]:>6.2f}ms | {f[0] / n[0]:>10.2f}x "
+                      f"{f[2] / n[2]:>8.2f}x | {statistics.median(commands[name]):>14.4f}")
         print(f"floodgate peak RSS: {rss / 1024:.1f} MiB")
     finally:
         for p in procs:

@@ -73,7 +73,7 @@ DEFAULT_HTTP = {"header_timeout": "2s", "idle_timeout": "5s"}
 class Gateway:
     def __init__(self, tmp_path, upstream_address, http=None, extra="", routes=None, workers=1,
                  upstream_opts=None, access_log="off", log_format="text", trusted="10.0.0.0/8", store="memory",
-                 redis=None, prefix=None, env=None):
+                 redis=None, prefix=None, env=None, redis_extra=""):
         self.port = free_port()
         h = dict(DEFAULT_HTTP)
         h.update(http or {})
@@ -99,7 +99,7 @@ redis:
   addresses: ["{redis or '127.0.0.1:6379'}"]
   timeout: 200ms
   key_prefix: "{prefix or 'fgtest:'}"
-client_ip:
+{redis_extra}client_ip:
   trusted_proxies: ["{trusted}"]
 http:
 {http_yaml}
@@ -287,14 +287,16 @@ def get(path, host="example.com", extra=""):
 class RedisServer:
     """A real redis-server on a free port, for one test."""
 
-    def __init__(self, tmp_path):
+    def __init__(self, tmp_path, extra=(), auth=()):
         self.port = free_port()
         self.dir = tmp_path
+        self.extra = list(extra)
+        self.auth = list(auth)
         self.start()
 
     def start(self):
         self.proc = subprocess.Popen(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                                      "--appendonly", "no", "--dir", str(self.dir)],
+                                      "--appendonly", "no", "--dir", str(self.dir), *self.extra],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_for_port(self.port, proc=self.proc)
 
@@ -303,7 +305,8 @@ class RedisServer:
         return f"127.0.0.1:{self.port}"
 
     def cli(self, *args):
-        out = subprocess.run(["redis-cli", "-p", str(self.port), *args], capture_output=True, text=True, timeout=10)
+        out = subprocess.run(["redis-cli", "-p", str(self.port), *self.auth, *args], capture_output=True, text=True,
+                             timeout=10)
         return out.stdout.strip()
 
     def stop(self):

@@ -205,3 +205,25 @@ def test_redis_down_follows_on_store_error_and_recovers(gateway_factory, redis_s
         raise AssertionError("no recovery after Redis came back")
     deny.stop()
     assert "rate-limit store error on route r" in deny.log_text()
+
+
+def test_acl_user_password_and_database(gateway_factory, tmp_path):
+    from conftest import RedisServer
+    d = tmp_path / "acl"
+    d.mkdir()
+    r = RedisServer(d, extra=["--user", "gate", "on", ">s3cret", "~fgtest:*", "+@all", "--user", "default", "off"],
+                    auth=["--user", "gate", "--pass", "s3cret", "--no-auth-warning"])
+    try:
+        lim = limit("fixed_window", key="global", limit=2, window="1m")
+        os.environ["FG_TEST_REDIS_PASSWORD"] = "s3cret"
+        g = gateway_factory(routes=route(lim, on_error="deny"), store="redis", redis=r.address,
+                            redis_extra='  username: gate\n  password: "${FG_TEST_REDIS_PASSWORD}"\n  database: 3\n')
+        assert [g.request(get("/limited")).status for _ in range(3)] == [200, 200, 429]
+        assert r.cli("-n", "3", "get", "fgtest:{r:l:*}") == "2"
+        assert r.cli("-n", "0", "exists", "fgtest:{r:l:*}") == "0"
+        # a wrong password: every call fails, the route's policy (deny) answers
+        bad = gateway_factory(routes=route(lim, on_error="deny"), store="redis", redis=r.address,
+                              redis_extra="  username: gate\n  password: wrong\n")
+        assert bad.request(get("/limited")).status == 503
+    finally:
+        r.stop()
