@@ -8,18 +8,20 @@ local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 local nonce = ARGV[1]
 local results = {}
 local blocked = false
+-- One limit (the common case): a denial records nothing anyway, so check and record in one pass.
+local single = #KEYS == 1
 for i = 1, #KEYS do
   local base = 2 + (i - 1) * 6
   local f = ALGOS[ARGV[base]]
   local r = f(KEYS[i], now, tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]),
-              tonumber(ARGV[base + 4]), false, nonce .. ':' .. i)
+              tonumber(ARGV[base + 4]), single, nonce .. ':' .. i)
   results[i] = r
   if r[1] == 0 and ARGV[base + 5] ~= '1' then blocked = true end
 end
 local out = {}
 for i = 1, #KEYS do
   local base = 2 + (i - 1) * 6
-  if not blocked and results[i][1] == 1 then
+  if not single and not blocked and results[i][1] == 1 then
     local f = ALGOS[ARGV[base]]
     f(KEYS[i], now, tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]),
       tonumber(ARGV[base + 4]), true, nonce .. ':' .. i)
