@@ -1,6 +1,6 @@
 -- fixed_window: a = limit, b = window ms. One counter that starts with the first
 -- admitted request and expires `window` later (SET ... PX on creation, INCRBY after).
-ALGOS.fw = function(key, now, limit, window, _, cost, commit)
+ALGOS.fw = function(key, clock, limit, window, _, cost, commit)
   local ttl = redis.call('PTTL', key)
   local used = 0
   if ttl > 0 then used = tonumber(redis.call('GET', key) or '0') else ttl = window end

@@ -1,7 +1,8 @@
 -- gcra: a = rate count, b = rate period ms, c = burst. One key holding the
 -- theoretical arrival time (TAT); a request is admitted when it is no earlier than
 -- TAT + cost*T - burst*T, T being the emission interval.
-ALGOS.gcra = function(key, now, count, per, burst, cost, commit)
+ALGOS.gcra = function(key, clock, count, per, burst, cost, commit)
+  local now = clock()
   local t = per / count
   local tolerance = t * burst
   local tat = tonumber(redis.call('GET', key) or '0')

@@ -1,7 +1,8 @@
 -- sliding_log: a = limit, b = window ms. A ZSET of admitted requests scored by Redis
 -- time; members are unique (request nonce + index), so requests in the same
 -- millisecond all count. Denied requests are not recorded.
-ALGOS.sl = function(key, now, limit, window, _, cost, commit, member)
+ALGOS.sl = function(key, clock, limit, window, _, cost, commit, member)
+  local now = clock()
   redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
   local n = redis.call('ZCARD', key)
   local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
@@ -18,7 +19,7 @@ ALGOS.sl = function(key, now, limit, window, _, cost, commit, member)
   end
   if commit then
     for i = 1, cost do
-      redis.call('ZADD', key, now, member .. ':' .. i)
+      redis.call('ZADD', key, now, member() .. ':' .. i)
     end
     redis.call('PEXPIRE', key, ceil(window))
   end

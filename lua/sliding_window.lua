@@ -1,7 +1,8 @@
 -- sliding_window: a = limit, b = window ms. Two buckets in one HASH (b = index of
 -- the current bucket, c = its count, p = the previous bucket's count); the previous
 -- bucket is weighted by how much of it the sliding window still covers.
-ALGOS.sw = function(key, now, limit, window, _, cost, commit)
+ALGOS.sw = function(key, clock, limit, window, _, cost, commit)
+  local now = clock()
   local t = math.floor(now)
   local idx = math.floor(t / window)
   local elapsed = t - idx * window

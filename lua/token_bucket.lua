@@ -1,6 +1,7 @@
 -- token_bucket: a = rate count, b = rate period ms, c = burst. One HASH (t = tokens,
 -- s = time of the last refill); refilled from Redis time, never above burst.
-ALGOS.tb = function(key, now, count, per, burst, cost, commit)
+ALGOS.tb = function(key, clock, count, per, burst, cost, commit)
+  local now = clock()
   local rate = count / per
   local h = redis.call('HMGET', key, 't', 's')
   local tokens = burst
