@@ -1,8 +1,11 @@
--- Driver. KEYS[i]: the key of limit i. ARGV[1]: a nonce unique to this request.
--- Then 6 arguments per limit: algorithm, a, b, c, cost, shadow (1/0).
--- All limits are checked first; unless one that is not in shadow mode denies, every
--- admitting limit is then recorded. A denied request consumes nothing.
--- Returns 5 integers per limit: allowed, limit, remaining, reset_ms, retry_ms.
+-- Driver. Several requests in one call (the gateway batches the concurrent requests
+-- of one event-loop turn): ARGV[1] = number of requests; then per request: its nonce,
+-- its number of limits k, and 6 arguments per limit (algorithm, a, b, c, cost,
+-- shadow 1/0). KEYS holds the requests' keys in the same order.
+-- Per request, all limits are checked first; unless one that is not in shadow mode
+-- denies, every admitting limit is then recorded: a denied request consumes nothing.
+-- Returns 5 integers per limit, request after request: allowed, limit, remaining,
+-- reset_ms, retry_ms.
 local now
 local function clock()
   if not now then
@@ -11,28 +14,35 @@ local function clock()
   end
   return now
 end
-local nonce = ARGV[1]
-local results = {}
-local blocked = false
--- One limit (the common case): a denial records nothing anyway, so check and record in one pass.
-local single = #KEYS == 1
-for i = 1, #KEYS do
-  local base = 2 + (i - 1) * 6
-  local f = ALGOS[ARGV[base]]
-  local member = function() return nonce .. ':' .. i end
-  local r = f(KEYS[i], clock, tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]),
-              tonumber(ARGV[base + 4]), single, member)
-  results[i] = r
-  if r[1] == 0 and ARGV[base + 5] ~= '1' then blocked = true end
-end
+
 local out = {}
-for i = 1, #KEYS do
-  local base = 2 + (i - 1) * 6
-  if not single and not blocked and results[i][1] == 1 then
-    local f = ALGOS[ARGV[base]]
-    f(KEYS[i], clock, tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]),
-      tonumber(ARGV[base + 4]), true, function() return nonce .. ':' .. i end)
+local key_at, arg_at = 1, 2
+for _ = 1, tonumber(ARGV[1]) do
+  local nonce = ARGV[arg_at]
+  local k = tonumber(ARGV[arg_at + 1])
+  arg_at = arg_at + 2
+  -- One limit (the common case): a denial records nothing anyway, so one pass.
+  local single = k == 1
+  local results = {}
+  local blocked = false
+  for i = 1, k do
+    local base = arg_at + (i - 1) * 6
+    local member = function() return nonce .. ':' .. i end
+    local r = ALGOS[ARGV[base]](KEYS[key_at + i - 1], clock, tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]),
+                                tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4]), single, member)
+    results[i] = r
+    if r[1] == 0 and ARGV[base + 5] ~= '1' then blocked = true end
   end
-  for j = 1, 5 do out[#out + 1] = math.floor(results[i][j]) end
+  for i = 1, k do
+    local base = arg_at + (i - 1) * 6
+    if not single and not blocked and results[i][1] == 1 then
+      local member = function() return nonce .. ':' .. i end
+      ALGOS[ARGV[base]](KEYS[key_at + i - 1], clock, tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]),
+                        tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4]), true, member)
+    end
+    for j = 1, 5 do out[#out + 1] = math.floor(results[i][j]) end
+  end
+  key_at = key_at + k
+  arg_at = arg_at + k * 6
 end
 return out

@@ -8,7 +8,7 @@
 #include "app/runtime.hpp"
 
 namespace fg::upstream { class pool; }
-namespace fg::limit { class memory_store; class deny_cache; }
+namespace fg::limit { class memory_store; class deny_cache; class redis_batcher; }
 namespace fg::redis { class connection; }
 namespace fg::obs { class access_log; }
 
@@ -41,6 +41,7 @@ struct worker_context {
   upstream::pool* pool = nullptr;
   limit::memory_store* memory = nullptr;  // shared by all workers (thread-safe)
   redis::connection* redis = nullptr;     // this worker's own, when store: redis
+  limit::redis_batcher* batcher = nullptr;  // batches its script calls
   limit::deny_cache* denies = nullptr;    // this worker's recent Redis denials
   std::string nonce_prefix;               // random per process: request nonces never collide
   std::uint64_t next_lease = 0;

@@ -44,6 +44,8 @@ worker::worker(unsigned id, std::shared_ptr<const runtime> rt, std::shared_ptr<o
   if (ctx_.rt->cfg->store == config::store_kind::redis) {
     redis_ = std::make_shared<redis::connection>(ioc_->get_executor(), ctx_.rt->cfg->redis, limit::limiter_script);
     ctx_.redis = redis_.get();
+    batcher_ = std::make_unique<limit::redis_batcher>(ioc_->get_executor(), redis_);
+    ctx_.batcher = batcher_.get();
   }
   pool_->configure(ctx_.rt->cfg->upstreams);
 }
@@ -57,6 +59,7 @@ worker::~worker() {
   if (redis_) {
     redis_->stop();
     ctx_.redis = nullptr;
+    ctx_.batcher = nullptr;
     redis_.reset();  // what handlers still hold goes with the io_context
   }
   ioc_.reset();

@@ -41,6 +41,7 @@ class worker {
   std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;
   std::unique_ptr<upstream::pool> pool_;
   std::shared_ptr<redis::connection> redis_;
+  std::unique_ptr<limit::redis_batcher> batcher_;
   std::unique_ptr<limit::deny_cache> denies_;
   std::thread thread_;
 };

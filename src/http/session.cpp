@@ -176,8 +176,7 @@ class session {
   std::uint64_t lease_ = 0;
   bool leases_held_ = false;
   bool leases_in_redis_ = false;
-  std::string nonce_;
-  std::vector<std::string> script_keys_, script_args_;  // an absolute-form request, rewritten to origin-form
+  std::string nonce_;  // an absolute-form request, rewritten to origin-form
   body_framing framing_;
   int route_ = -1;
   std::uint64_t bytes_in_ = 0, bytes_out_ = 0;
@@ -489,11 +488,10 @@ asio::awaitable<std::optional<session::outcome>> session::apply_limits(const con
     }
     nonce_ = ctx_.nonce_prefix;
     nonce_ += std::to_string(lease_);
-    limit::script_call(checks_, nonce_, script_keys_, script_args_);
-    auto [ec, reply] = co_await ctx_.redis->eval(script_keys_, script_args_);
-    if (ec || reply.is_error() || !limit::decode_reply(reply, decisions_)) {
+    auto ec = co_await ctx_.batcher->evaluate(checks_, nonce_, decisions_);
+    if (ec) {
       store_failed = true;
-      log_store_error(route, ec ? ec.message() : reply.is_error() ? reply.str : "unexpected reply");
+      log_store_error(route, ec.message());
     } else {
       leases_in_redis_ = true;
       for (std::size_t i = 0; i < checks_.size(); ++i) {

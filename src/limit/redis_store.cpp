@@ -1,5 +1,12 @@
 #include "limit/redis_store.hpp"
 
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "redis/connection.hpp"
 #include "redis/reply.hpp"
 
 namespace fg::limit {
@@ -18,11 +25,10 @@ const char* code(config::algorithm a) {
 }
 }  // namespace
 
-void script_call(std::span<const check> checks, std::string_view nonce, std::vector<std::string>& keys,
-                 std::vector<std::string>& args) {
-  keys.clear();
-  args.clear();
+void append_request(std::span<const check> checks, std::string_view nonce, std::vector<std::string>& keys,
+                    std::vector<std::string>& args) {
   args.emplace_back(nonce);
+  args.push_back(std::to_string(checks.size()));
   for (const auto& c : checks) {
     const auto& l = *c.cfg;
     keys.push_back(c.key);
@@ -42,10 +48,10 @@ void script_call(std::span<const check> checks, std::string_view nonce, std::vec
   }
 }
 
-bool decode_reply(const redis::reply& r, std::span<decision> out) {
-  if (r.type != redis::reply::kind::array || r.elements.size() != out.size() * 5) return false;
+bool decode_reply(const redis::reply& r, std::size_t offset, std::span<decision> out) {
+  if (r.type != redis::reply::kind::array || r.elements.size() < offset + out.size() * 5) return false;
   for (std::size_t i = 0; i < out.size(); ++i) {
-    const auto* e = &r.elements[i * 5];
+    const auto* e = &r.elements[offset + i * 5];
     for (int j = 0; j < 5; ++j)
       if (e[j].type != redis::reply::kind::integer) return false;
     out[i].allowed = e[0].integer == 1;
@@ -74,6 +80,59 @@ std::int64_t deny_cache::denied_until(const std::string& key, std::int64_t now) 
 void deny_cache::remember(const std::string& key, std::int64_t until) {
   if (map_.size() >= max_) map_.clear();
   map_[key] = until;
+}
+
+redis_batcher::redis_batcher(boost::asio::any_io_executor ex, std::shared_ptr<redis::connection> c,
+                             std::size_t max_batch)
+    : ex_(std::move(ex)), conn_(std::move(c)), max_batch_(max_batch) {}
+
+void redis_batcher::add(std::span<const check> checks, std::string_view nonce, std::span<decision> out,
+                        std::function<void(boost::system::error_code)> done) {
+  if (!current_) current_ = std::make_unique<batch>();
+  append_request(checks, nonce, current_->keys, current_->args);
+  current_->entries.push_back({out, std::move(done)});
+  if (current_->entries.size() >= max_batch_) {
+    flush();
+  } else if (!flush_posted_) {
+    // Everything that becomes ready in this turn of the event loop joins the batch.
+    flush_posted_ = true;
+    boost::asio::post(ex_, [this] {
+      flush_posted_ = false;
+      flush();
+    });
+  }
+}
+
+void redis_batcher::flush() {
+  if (!current_ || current_->entries.empty()) return;
+  auto b = std::shared_ptr<batch>(std::move(current_));
+  b->args[0] = std::to_string(b->entries.size());
+  auto run = [conn = conn_, b]() -> boost::asio::awaitable<void> {
+    auto [ec, reply] = co_await conn->eval(b->keys, b->args);
+    std::size_t offset = 0;
+    for (auto& e : b->entries) {
+      auto result = ec;
+      if (!result && (reply.is_error() || !decode_reply(reply, offset, e.out)))
+        result = redis::make_error_code(redis::errc::protocol);
+      offset += e.out.size() * 5;
+      e.done(result);
+    }
+  };
+  boost::asio::co_spawn(ex_, run, boost::asio::detached);
+}
+
+boost::asio::awaitable<boost::system::error_code> redis_batcher::evaluate(std::span<const check> checks,
+                                                                        std::string_view nonce,
+                                                                        std::span<decision> out) {
+  auto init = [this, checks, nonce, out](auto handler) {
+    auto h = std::make_shared<decltype(handler)>(std::move(handler));
+    add(checks, nonce, out, [h, ex = ex_](boost::system::error_code ec) {
+      boost::asio::post(ex, [h, ec] { (*h)(ec); });
+    });
+  };
+  constexpr auto token = boost::asio::as_tuple(boost::asio::use_awaitable);
+  auto [ec] = co_await boost::asio::async_initiate<decltype(token), void(boost::system::error_code)>(init, token);
+  co_return ec;
 }
 
 }  // namespace fg::limit
