@@ -230,3 +230,42 @@ def test_acl_user_password_and_database(gateway_factory, tmp_path):
         assert bad.request(get("/limited")).status == 503
     finally:
         r.stop()
+
+
+def test_script_flush_and_restart_during_load(gateway_factory, redis_server):
+    lim = limit("fixed_window", key="header:X-K", limit=1000000, window="1h")
+    g = gateway_factory(routes=route(lim, on_error="deny"), store="redis", redis=redis_server.address, workers=2)
+    seen = []
+    stop = threading.Event()
+    lock = threading.Lock()
+
+    def load(n):
+        s = g.connect(timeout=5)
+        rd = Reader(s)
+        while not stop.is_set():
+            s.sendall(get("/limited", extra=f"X-K: k{n}\r\n"))
+            r = read_response(s, reader=rd)
+            with lock:
+                seen.append((time.monotonic(), r.status))
+        s.close()
+
+    ts = [threading.Thread(target=load, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    time.sleep(0.3)
+    redis_server.cli("script", "flush")
+    time.sleep(0.3)
+    redis_server.stop()
+    down_at = time.monotonic()
+    time.sleep(0.5)
+    redis_server.start()
+    time.sleep(1.5)
+    stop.set()
+    for t in ts:
+        t.join(10)
+    statuses = {s for _, s in seen}
+    # every request was answered: 200 while Redis served, 503 (on_store_error: deny) while it was down
+    assert statuses <= {200, 503}, statuses
+    assert any(s == 503 for t, s in seen if t >= down_at)
+    # and the gateway recovered by itself
+    assert [s for _, s in seen[-20:]] == [200] * 20
