@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Quick start: installs what is missing, builds, starts the demo upstream on
 # 127.0.0.1:9000 and runs floodgate with config/floodgate.yaml (memory store, no Redis).
-#   curl -i localhost:8080/hello      (the 4th call within 5 s gets 429 once limiting lands)
+#   curl -i localhost:8080/hello      (the 4th call within 5 s gets 429)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh build
