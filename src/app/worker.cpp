@@ -60,7 +60,10 @@ worker::~worker() {
     redis_->stop();
     ctx_.redis = nullptr;
     ctx_.batcher = nullptr;
-    redis_.reset();  // what handlers still hold goes with the io_context
+    // Every reference to the connection must be gone by the time the io_context's
+    // services are destroyed: ours now, what handlers hold during its shutdown.
+    batcher_.reset();
+    redis_.reset();
   }
   ioc_.reset();
 }
