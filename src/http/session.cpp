@@ -1,4 +1,5 @@
 #include "http/session.hpp"
+#include "http/session_impl.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -19,11 +20,7 @@
 #include "http/framing.hpp"
 #include "http/responses.hpp"
 #include "http/tunnel.hpp"
-#include "limit/headers.hpp"
-#include "limit/keys.hpp"
 #include "limit/memory_store.hpp"
-#include "limit/redis_store.hpp"
-#include "redis/connection.hpp"
 #include "obs/access_log.hpp"
 #include "upstream/pool.hpp"
 
@@ -36,12 +33,10 @@ using asio::ip::tcp;
 using error_code = boost::system::error_code;
 using clock = std::chrono::steady_clock;
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
-constexpr std::size_t body_chunk = 32 * 1024;
+using detail::body_chunk;
 
 namespace {
 
-using request_parser = bhttp::request_parser<bhttp::buffer_body>;
-using response_parser = bhttp::response_parser<bhttp::buffer_body>;
 
 bool is_idempotent(bhttp::verb v) {
   switch (v) {
@@ -110,80 +105,10 @@ asio::awaitable<error_code> read_into(app::session_entry& e, tcp::socket& s, bea
   }
 }
 
-class session {
- public:
-  session(app::worker_context& ctx, tcp::socket socket)
-      : ctx_(ctx), socket_(std::move(socket)), buffer_(64 * 1024) {
-    error_code ec;
-    auto ep = socket_.remote_endpoint(ec);
-    if (!ec) peer_ = net::normalize(ep.address());
-    peer_str_ = peer_.to_string();
-    socket_.set_option(tcp::no_delay(true), ec);
-    entry_ = ctx_.sessions.insert(ctx_.sessions.end(), app::session_entry{});
-    entry_->socket = &socket_;
-  }
-  ~session() { ctx_.sessions.erase(entry_); }
+}  // namespace
 
-  asio::awaitable<void> run();
+namespace detail {
 
- private:
-  enum class outcome { keep_going, close, closed };
-
-  asio::awaitable<outcome> read_head(bool first);
-  asio::awaitable<outcome> handle();
-  asio::awaitable<outcome> forward();
-  // Evaluates the route's limits; returns an outcome when the request was answered here.
-  asio::awaitable<std::optional<outcome>> apply_limits(const config::route_config& route);
-  void release_leases();
-  void log_store_error(const config::route_config& route, const std::string& why);
-  asio::awaitable<outcome> send_local(unsigned status, bool keep_alive, std::string_view body = {},
-                                      std::string_view extra = {}, std::string_view content_type = {});
-  asio::awaitable<void> lingering_close();
-  asio::awaitable<error_code> write_down(std::span<const asio::const_buffer> bufs);
-  asio::awaitable<error_code> write_up(upstream::connection& up, std::span<const asio::const_buffer> bufs,
-                                       std::chrono::milliseconds timeout);
-  void log_request(unsigned status);
-  char* body_buf() {
-    if (!body_buf_) body_buf_ = std::make_unique<char[]>(body_chunk);
-    return body_buf_.get();
-  }
-
-  app::worker_context& ctx_;
-  tcp::socket socket_;
-  beast::flat_buffer buffer_;
-  net::address peer_;
-  std::string peer_str_;
-  std::list<app::session_entry>::iterator entry_;
-  std::shared_ptr<const app::runtime> rt_;
-  head_scanner scanner_;
-  std::optional<request_parser> parser_;
-  std::optional<response_parser> rp_;
-  std::array<net::header_field, 16> ip_fields_;
-  std::unique_ptr<char[]> body_buf_;
-  std::string head_out_;
-  std::string request_id_;
-  std::string path_;
-  std::string client_key_;
-  std::string peer_key_;
-  std::shared_ptr<const app::runtime> peer_key_rt_;
-  std::string abs_host_, abs_target_;
-  bool has_upgrade_ = false;
-  // Limits of the current request (evaluated, in route order) and what they said.
-  std::vector<limit::check> checks_;
-  std::vector<const config::limit_config*> check_cfgs_;
-  std::vector<limit::decision> decisions_;
-  std::string rate_headers_;  // for the upstream's response
-  std::uint64_t lease_ = 0;
-  bool leases_held_ = false;
-  bool leases_in_redis_ = false;
-  std::string nonce_;  // an absolute-form request, rewritten to origin-form
-  body_framing framing_;
-  int route_ = -1;
-  std::uint64_t bytes_in_ = 0, bytes_out_ = 0;
-  double upstream_ms_ = -1;
-  clock::time_point started_;
-  std::size_t requests_ = 0;
-};
 
 asio::awaitable<session::outcome> session::read_head(bool first) {
   const auto& http = rt_->cfg->http;
@@ -430,147 +355,6 @@ asio::awaitable<session::outcome> session::handle() {
   co_return o;
 }
 
-namespace {
-std::optional<std::string_view> lookup_header(const void* ctx, std::string_view name) {
-  const auto& h = *static_cast<const bhttp::fields*>(ctx);
-  auto it = h.find(name);
-  if (it == h.end()) return std::nullopt;
-  return std::string_view(it->value());
-}
-}  // namespace
-
-asio::awaitable<std::optional<session::outcome>> session::apply_limits(const config::route_config& route) {
-  const auto& req = parser_->get();
-  const auto& cfg = *rt_->cfg;
-  limit::request_parts parts;
-  parts.client = client_key_;
-  std::string_view target = req.target();
-  if (auto q = target.find('?'); q != std::string_view::npos) parts.query = target.substr(q + 1);
-  parts.header = &lookup_header;
-  parts.header_ctx = static_cast<const bhttp::fields*>(&req.base());
-  checks_.clear();
-  check_cfgs_.clear();
-  for (const auto& l : route.limits) {
-    auto key = limit::build_key(cfg.redis.key_prefix, route.name, l, parts);
-    if (!key) continue;  // on_missing_key: skip
-    checks_.push_back({&l, std::move(*key), l.cost});
-    check_cfgs_.push_back(&l);
-  }
-  decisions_.assign(checks_.size(), limit::decision{});
-  if (checks_.empty()) co_return std::nullopt;
-  lease_ = ++ctx_.next_lease;
-  const auto now = limit::memory_store::now_ms();
-  bool use_memory = ctx_.redis == nullptr;
-  bool store_failed = false;
-  leases_in_redis_ = false;
-  if (!use_memory) {
-    // Known denials are answered here: a flood from one client costs Redis nothing.
-    bool cached = false;
-    for (std::size_t i = 0; i < checks_.size(); ++i) {
-      const auto& l = *check_cfgs_[i];
-      if (l.shadow || l.algo == config::algorithm::concurrency) continue;
-      if (auto until = ctx_.denies->denied_until(checks_[i].key, now)) {
-        bool rate_based = l.algo == config::algorithm::token_bucket || l.algo == config::algorithm::gcra;
-        decisions_[i] = {false, rate_based ? l.burst : l.limit, 0, until - now, until - now};
-        cached = true;
-      }
-    }
-    if (cached) {
-      std::vector<const config::limit_config*> cfgs;
-      std::vector<limit::decision> ds;
-      for (std::size_t i = 0; i < checks_.size(); ++i)
-        if (!decisions_[i].allowed) cfgs.push_back(check_cfgs_[i]), ds.push_back(decisions_[i]);
-      std::string headers;
-      limit::append_rate_headers(headers, route.response.headers, cfgs, ds, true);
-      bool has_body = framing_.type != body_framing::kind::none;
-      co_return co_await send_local(route.response.status, parser_->keep_alive() && !has_body, route.response.body,
-                                    headers, route.response.content_type);
-    }
-    nonce_ = ctx_.nonce_prefix;
-    nonce_ += std::to_string(lease_);
-    auto ec = co_await ctx_.batcher->evaluate(checks_, nonce_, decisions_);
-    if (ec) {
-      store_failed = true;
-      log_store_error(route, ec.message());
-    } else {
-      leases_in_redis_ = true;
-      for (std::size_t i = 0; i < checks_.size(); ++i) {
-        const auto& l = *check_cfgs_[i];
-        if (!decisions_[i].allowed && !l.shadow && l.algo != config::algorithm::concurrency)
-          ctx_.denies->remember(checks_[i].key, now + decisions_[i].retry_ms);
-      }
-    }
-  }
-  if (store_failed) {
-    // The store could not answer: the route's failure policy decides.
-    if (route.store_error == config::on_store_error::deny) {
-      bool has_body = framing_.type != body_framing::kind::none;
-      co_return co_await send_local(503, parser_->keep_alive() && !has_body, {}, "Retry-After: 1\r\n");
-    }
-    if (route.store_error == config::on_store_error::allow) co_return std::nullopt;
-    use_memory = true;  // local: this instance enforces the same limits alone
-  }
-  if (use_memory) {
-    auto r = ctx_.memory->evaluate(checks_, decisions_, now, lease_);
-    if (r != limit::memory_store::result::ok) {
-      if (route.store_error == config::on_store_error::deny) {
-        bool has_body = framing_.type != body_framing::kind::none;
-        co_return co_await send_local(503, parser_->keep_alive() && !has_body, {}, "Retry-After: 1\r\n");
-      }
-      co_return std::nullopt;
-    }
-  }
-  bool denied = false;
-  for (std::size_t i = 0; i < checks_.size(); ++i) {
-    if (decisions_[i].allowed) continue;
-    if (check_cfgs_[i]->shadow) {
-      spdlog::info("shadow limit {}/{} would deny {} (retry in {}ms)", route.name, check_cfgs_[i]->name, client_key_,
-                   decisions_[i].retry_ms);
-      continue;
-    }
-    denied = true;
-  }
-  std::string headers;
-  limit::append_rate_headers(headers, route.response.headers, check_cfgs_, decisions_, denied);
-  if (denied) {
-    bool has_body = framing_.type != body_framing::kind::none;
-    co_return co_await send_local(route.response.status, parser_->keep_alive() && !has_body, route.response.body,
-                                  headers, route.response.content_type);
-  }
-  leases_held_ = std::any_of(check_cfgs_.begin(), check_cfgs_.end(),
-                             [](auto* l) { return l->algo == config::algorithm::concurrency; });
-  rate_headers_ = std::move(headers);
-  co_return std::nullopt;
-}
-
-void session::release_leases() {
-  if (!leases_held_) return;
-  leases_held_ = false;
-  for (std::size_t i = 0; i < checks_.size(); ++i) {
-    if (check_cfgs_[i]->algo != config::algorithm::concurrency || !decisions_[i].allowed) continue;
-    if (leases_in_redis_ && ctx_.redis) ctx_.redis->send({"ZREM", checks_[i].key, limit::lease_member(nonce_, i)}, {});
-    else ctx_.memory->release(checks_[i].key, lease_);
-  }
-}
-
-void session::log_store_error(const config::route_config& route, const std::string& why) {
-  // One line per few seconds per worker, with a count, never one per request.
-  thread_local clock::time_point last{};
-  thread_local unsigned suppressed = 0;
-  auto now = clock::now();
-  if (now - last < std::chrono::seconds(5)) {
-    ++suppressed;
-    return;
-  }
-  const char* policy = route.store_error == config::on_store_error::deny    ? "deny"
-                       : route.store_error == config::on_store_error::local ? "local"
-                                                                            : "allow";
-  spdlog::warn("rate-limit store error on route {}: {} (on_store_error: {}; {} more since the last report)",
-               route.name, why, policy, suppressed);
-  last = now;
-  suppressed = 0;
-}
-
 asio::awaitable<session::outcome> session::forward() {
   auto& req = parser_->get();
   const auto& cfg = *rt_->cfg;
@@ -793,7 +577,8 @@ asio::awaitable<session::outcome> session::forward() {
   co_return rc.keep_alive ? outcome::keep_going : outcome::close;
 }
 
-}  // namespace
+}  // namespace detail
+using detail::session;
 
 asio::awaitable<void> run_session(app::worker_context& ctx, tcp::socket socket) {
   session s(ctx, std::move(socket));

@@ -1,0 +1,114 @@
+#pragma once
+// The session class, shared by session.cpp (reading, forwarding) and
+// session_limits.cpp (rate limiting). Beast-heavy: include only from those.
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/parser.hpp>
+
+#include <array>
+#include <chrono>
+#include <list>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "app/context.hpp"
+#include "http/framing.hpp"
+#include "limit/decision.hpp"
+#include "limit/memory_store.hpp"
+#include "net/client_ip.hpp"
+#include "upstream/pool.hpp"
+
+namespace fg::http::detail {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using asio::ip::tcp;
+using error_code = boost::system::error_code;
+using clock = std::chrono::steady_clock;
+using request_parser = bhttp::request_parser<bhttp::buffer_body>;
+using response_parser = bhttp::response_parser<bhttp::buffer_body>;
+// Body bytes move through one buffer of this size per session, in both directions.
+constexpr std::size_t body_chunk = 32 * 1024;
+
+class session {
+ public:
+  session(app::worker_context& ctx, tcp::socket socket)
+      : ctx_(ctx), socket_(std::move(socket)), buffer_(64 * 1024) {
+    error_code ec;
+    auto ep = socket_.remote_endpoint(ec);
+    if (!ec) peer_ = net::normalize(ep.address());
+    peer_str_ = peer_.to_string();
+    socket_.set_option(tcp::no_delay(true), ec);
+    entry_ = ctx_.sessions.insert(ctx_.sessions.end(), app::session_entry{});
+    entry_->socket = &socket_;
+  }
+  ~session() { ctx_.sessions.erase(entry_); }
+
+  asio::awaitable<void> run();
+
+ private:
+  enum class outcome { keep_going, close, closed };
+
+  asio::awaitable<outcome> read_head(bool first);
+  asio::awaitable<outcome> handle();
+  asio::awaitable<outcome> forward();
+  // Evaluates the route's limits; returns an outcome when the request was answered here.
+  asio::awaitable<std::optional<outcome>> apply_limits(const config::route_config& route);
+  void release_leases();
+  asio::awaitable<outcome> send_limited(const config::route_config& route, std::string_view headers);
+  asio::awaitable<outcome> send_store_unavailable();
+  void log_store_error(const config::route_config& route, const std::string& why);
+  asio::awaitable<outcome> send_local(unsigned status, bool keep_alive, std::string_view body = {},
+                                      std::string_view extra = {}, std::string_view content_type = {});
+  asio::awaitable<void> lingering_close();
+  asio::awaitable<error_code> write_down(std::span<const asio::const_buffer> bufs);
+  asio::awaitable<error_code> write_up(upstream::connection& up, std::span<const asio::const_buffer> bufs,
+                                       std::chrono::milliseconds timeout);
+  void log_request(unsigned status);
+  char* body_buf() {
+    if (!body_buf_) body_buf_ = std::make_unique<char[]>(body_chunk);
+    return body_buf_.get();
+  }
+
+  app::worker_context& ctx_;
+  tcp::socket socket_;
+  beast::flat_buffer buffer_;
+  net::address peer_;
+  std::string peer_str_;
+  std::list<app::session_entry>::iterator entry_;
+  std::shared_ptr<const app::runtime> rt_;
+  head_scanner scanner_;
+  std::optional<request_parser> parser_;
+  std::optional<response_parser> rp_;
+  std::array<net::header_field, 16> ip_fields_;
+  std::unique_ptr<char[]> body_buf_;
+  std::string head_out_;
+  std::string request_id_;
+  std::string path_;
+  std::string client_key_;
+  std::string peer_key_;
+  std::shared_ptr<const app::runtime> peer_key_rt_;
+  std::string abs_host_, abs_target_;
+  bool has_upgrade_ = false;
+  // Limits of the current request (evaluated, in route order) and what they said.
+  std::vector<limit::check> checks_;
+  std::vector<const config::limit_config*> check_cfgs_;
+  std::vector<limit::decision> decisions_;
+  std::string rate_headers_;  // for the upstream's response
+  std::uint64_t lease_ = 0;
+  bool leases_held_ = false;
+  bool leases_in_redis_ = false;
+  std::string nonce_;  // an absolute-form request, rewritten to origin-form
+  body_framing framing_;
+  int route_ = -1;
+  std::uint64_t bytes_in_ = 0, bytes_out_ = 0;
+  double upstream_ms_ = -1;
+  clock::time_point started_;
+  std::size_t requests_ = 0;
+};
+
+}  // namespace fg::http::detail

@@ -1,0 +1,158 @@
+#include <boost/asio/as_tuple.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "http/session_impl.hpp"
+#include "limit/headers.hpp"
+#include "limit/keys.hpp"
+#include "limit/memory_store.hpp"
+#include "limit/redis_store.hpp"
+#include "redis/connection.hpp"
+
+// Rate limiting for a session: keys, the store (Redis batch or memory), the failure
+// policy, 429 answers and the headers of allowed responses, concurrency leases.
+namespace fg::http::detail {
+
+namespace {
+std::optional<std::string_view> lookup_header(const void* ctx, std::string_view name) {
+  const auto& h = *static_cast<const bhttp::fields*>(ctx);
+  auto it = h.find(name);
+  if (it == h.end()) return std::nullopt;
+  return std::string_view(it->value());
+}
+}  // namespace
+
+asio::awaitable<std::optional<session::outcome>> session::apply_limits(const config::route_config& route) {
+  const auto& req = parser_->get();
+  const auto& cfg = *rt_->cfg;
+  limit::request_parts parts;
+  parts.client = client_key_;
+  std::string_view target = req.target();
+  if (auto q = target.find('?'); q != std::string_view::npos) parts.query = target.substr(q + 1);
+  parts.header = &lookup_header;
+  parts.header_ctx = static_cast<const bhttp::fields*>(&req.base());
+  checks_.clear();
+  check_cfgs_.clear();
+  for (const auto& l : route.limits) {
+    auto key = limit::build_key(cfg.redis.key_prefix, route.name, l, parts);
+    if (!key) continue;  // on_missing_key: skip
+    checks_.push_back({&l, std::move(*key), l.cost});
+    check_cfgs_.push_back(&l);
+  }
+  decisions_.assign(checks_.size(), limit::decision{});
+  if (checks_.empty()) co_return std::nullopt;
+  lease_ = ++ctx_.next_lease;
+  const auto now = limit::memory_store::now_ms();
+  bool use_memory = ctx_.redis == nullptr;
+  bool store_failed = false;
+  leases_in_redis_ = false;
+  if (!use_memory) {
+    // Known denials are answered here: a flood from one client costs Redis nothing.
+    bool cached = false;
+    for (std::size_t i = 0; i < checks_.size(); ++i) {
+      const auto& l = *check_cfgs_[i];
+      if (l.shadow || l.algo == config::algorithm::concurrency) continue;
+      if (auto until = ctx_.denies->denied_until(checks_[i].key, now)) {
+        bool rate_based = l.algo == config::algorithm::token_bucket || l.algo == config::algorithm::gcra;
+        decisions_[i] = {false, rate_based ? l.burst : l.limit, 0, until - now, until - now};
+        cached = true;
+      }
+    }
+    if (cached) {
+      std::vector<const config::limit_config*> cfgs;
+      std::vector<limit::decision> ds;
+      for (std::size_t i = 0; i < checks_.size(); ++i)
+        if (!decisions_[i].allowed) cfgs.push_back(check_cfgs_[i]), ds.push_back(decisions_[i]);
+      std::string headers;
+      limit::append_rate_headers(headers, route.response.headers, cfgs, ds, true);
+      co_return co_await send_limited(route, headers);
+    }
+    nonce_ = ctx_.nonce_prefix;
+    nonce_ += std::to_string(lease_);
+    auto ec = co_await ctx_.batcher->evaluate(checks_, nonce_, decisions_);
+    if (ec) {
+      store_failed = true;
+      log_store_error(route, ec.message());
+    } else {
+      leases_in_redis_ = true;
+      for (std::size_t i = 0; i < checks_.size(); ++i) {
+        const auto& l = *check_cfgs_[i];
+        if (!decisions_[i].allowed && !l.shadow && l.algo != config::algorithm::concurrency)
+          ctx_.denies->remember(checks_[i].key, now + decisions_[i].retry_ms);
+      }
+    }
+  }
+  if (store_failed) {
+    // The store could not answer: the route's failure policy decides.
+    if (route.store_error == config::on_store_error::deny) co_return co_await send_store_unavailable();
+    if (route.store_error == config::on_store_error::allow) co_return std::nullopt;
+    use_memory = true;  // local: this instance enforces the same limits alone
+  }
+  if (use_memory) {
+    auto r = ctx_.memory->evaluate(checks_, decisions_, now, lease_);
+    if (r != limit::memory_store::result::ok) {
+      if (route.store_error == config::on_store_error::deny) co_return co_await send_store_unavailable();
+      co_return std::nullopt;
+    }
+  }
+  bool denied = false;
+  for (std::size_t i = 0; i < checks_.size(); ++i) {
+    if (decisions_[i].allowed) continue;
+    if (check_cfgs_[i]->shadow) {
+      spdlog::info("shadow limit {}/{} would deny {} (retry in {}ms)", route.name, check_cfgs_[i]->name, client_key_,
+                   decisions_[i].retry_ms);
+      continue;
+    }
+    denied = true;
+  }
+  std::string headers;
+  limit::append_rate_headers(headers, route.response.headers, check_cfgs_, decisions_, denied);
+  if (denied) co_return co_await send_limited(route, headers);
+  leases_held_ = std::any_of(check_cfgs_.begin(), check_cfgs_.end(),
+                             [](auto* l) { return l->algo == config::algorithm::concurrency; });
+  rate_headers_ = std::move(headers);
+  co_return std::nullopt;
+}
+
+// The connection stays open only if the unread body cannot be mistaken for a request.
+asio::awaitable<session::outcome> session::send_limited(const config::route_config& route, std::string_view headers) {
+  bool has_body = framing_.type != body_framing::kind::none;
+  co_return co_await send_local(route.response.status, parser_->keep_alive() && !has_body, route.response.body,
+                                headers, route.response.content_type);
+}
+
+asio::awaitable<session::outcome> session::send_store_unavailable() {
+  bool has_body = framing_.type != body_framing::kind::none;
+  co_return co_await send_local(503, parser_->keep_alive() && !has_body, {}, "Retry-After: 1\r\n");
+}
+
+void session::release_leases() {
+  if (!leases_held_) return;
+  leases_held_ = false;
+  for (std::size_t i = 0; i < checks_.size(); ++i) {
+    if (check_cfgs_[i]->algo != config::algorithm::concurrency || !decisions_[i].allowed) continue;
+    if (leases_in_redis_ && ctx_.redis) ctx_.redis->send({"ZREM", checks_[i].key, limit::lease_member(nonce_, i)}, {});
+    else ctx_.memory->release(checks_[i].key, lease_);
+  }
+}
+
+void session::log_store_error(const config::route_config& route, const std::string& why) {
+  // One line per few seconds per worker, with a count, never one per request.
+  thread_local clock::time_point last{};
+  thread_local unsigned suppressed = 0;
+  auto now = clock::now();
+  if (now - last < std::chrono::seconds(5)) {
+    ++suppressed;
+    return;
+  }
+  const char* policy = route.store_error == config::on_store_error::deny    ? "deny"
+                       : route.store_error == config::on_store_error::local ? "local"
+                                                                            : "allow";
+  spdlog::warn("rate-limit store error on route {}: {} (on_store_error: {}; {} more since the last report)",
+               route.name, why, policy, suppressed);
+  last = now;
+  suppressed = 0;
+}
+
+}  // namespace fg::http::detail
