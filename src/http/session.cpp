@@ -24,19 +24,12 @@
 #include "obs/access_log.hpp"
 #include "upstream/pool.hpp"
 
-namespace fg::http {
+// The aliases (asio, beast, bhttp, tcp, error_code, clock) come from session_impl.hpp.
+namespace fg::http::detail {
 
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace bhttp = boost::beast::http;
-using asio::ip::tcp;
-using error_code = boost::system::error_code;
-using clock = std::chrono::steady_clock;
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
-using detail::body_chunk;
 
 namespace {
-
 
 bool is_idempotent(bhttp::verb v) {
   switch (v) {
@@ -106,8 +99,6 @@ asio::awaitable<error_code> read_into(app::session_entry& e, tcp::socket& s, bea
 }
 
 }  // namespace
-
-namespace detail {
 
 
 asio::awaitable<session::outcome> session::read_head(bool first) {
@@ -577,11 +568,12 @@ asio::awaitable<session::outcome> session::forward() {
   co_return rc.keep_alive ? outcome::keep_going : outcome::close;
 }
 
-}  // namespace detail
-using detail::session;
+}  // namespace fg::http::detail
 
-asio::awaitable<void> run_session(app::worker_context& ctx, tcp::socket socket) {
-  session s(ctx, std::move(socket));
+namespace fg::http {
+
+boost::asio::awaitable<void> run_session(app::worker_context& ctx, boost::asio::ip::tcp::socket socket) {
+  detail::session s(ctx, std::move(socket));
   co_await s.run();
 }
 
