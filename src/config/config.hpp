@@ -94,6 +94,11 @@ struct limit_config {
   config::on_missing_key missing_key = on_missing_key::anonymous;
 };
 
+// token_bucket and gcra take rate + burst; the others limit + window.
+inline bool rate_based(const limit_config& l) {
+  return l.algo == algorithm::token_bucket || l.algo == algorithm::gcra;
+}
+
 struct route_match {
   std::string path;         // exact, or
   std::string path_prefix;  // prefix

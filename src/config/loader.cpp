@@ -348,8 +348,7 @@ class loader {
 
   void check_algorithm_keys(const YAML::Node& ln, const std::string& algo, limit_config& l, const YAML::Node& limit_n,
                             const YAML::Node& window_n, const YAML::Node& rate_n, const YAML::Node& burst_n) {
-    bool rate_based = l.algo == algorithm::token_bucket || l.algo == algorithm::gcra;
-    if (rate_based) {
+    if (rate_based(l)) {
       if (!present(rate_n)) r_.error(ln, "limit '" + l.name + "': " + algo + " needs rate (e.g. rate: 10/s)");
       for (auto [n, k] : {std::pair{limit_n, "limit"}, std::pair{window_n, "window"}})
         if (present(n)) r_.error(n, "'" + std::string(k) + "' is not used by " + algo + " (it takes rate and burst)");

@@ -54,8 +54,7 @@ asio::awaitable<std::optional<session::outcome>> session::apply_limits(const con
       const auto& l = *check_cfgs_[i];
       if (l.shadow || l.algo == config::algorithm::concurrency) continue;
       if (auto until = ctx_.denies->denied_until(checks_[i].key, now)) {
-        bool rate_based = l.algo == config::algorithm::token_bucket || l.algo == config::algorithm::gcra;
-        decisions_[i] = {false, rate_based ? l.burst : l.limit, 0, until - now, until - now};
+        decisions_[i] = {false, config::rate_based(l) ? l.burst : l.limit, 0, until - now, until - now};
         cached = true;
       }
     }

@@ -10,8 +10,7 @@ namespace {
 
 // The policy window in seconds: the limit's window, or the rate's period.
 std::int64_t window_seconds(const config::limit_config& l) {
-  bool rate_based = l.algo == config::algorithm::token_bucket || l.algo == config::algorithm::gcra;
-  return ceil_seconds(rate_based ? l.rate_.per.count() * static_cast<std::int64_t>(l.burst) /
+  return ceil_seconds(config::rate_based(l) ? l.rate_.per.count() * static_cast<std::int64_t>(l.burst) /
                                        static_cast<std::int64_t>(std::max<std::uint64_t>(1, l.rate_.count))
                                  : l.window.count());
 }

@@ -33,8 +33,7 @@ void append_request(std::span<const check> checks, std::string_view nonce, std::
     const auto& l = *c.cfg;
     keys.push_back(c.key);
     args.emplace_back(code(l.algo));
-    bool rate_based = l.algo == config::algorithm::token_bucket || l.algo == config::algorithm::gcra;
-    if (rate_based) {
+    if (config::rate_based(l)) {
       args.push_back(std::to_string(l.rate_.count));
       args.push_back(std::to_string(l.rate_.per.count()));
       args.push_back(std::to_string(l.burst));
