@@ -147,7 +147,6 @@ void worker::drain() {
   asio::post(*ioc_, [this] {
     ctx_.draining = true;
     boost::system::error_code ec;
-    if (redis_ && ctx_.sessions.empty()) redis_->stop();
     if (acceptor_) acceptor_->close(ec);
     pool_->close_idle();
     for (auto& s : ctx_.sessions)

@@ -309,7 +309,8 @@ asio::awaitable<session::outcome> session::handle() {
   if (route_ < 0) co_return co_await send_local(404, parser_->keep_alive() && !has_body, "{\"error\":\"no route\"}\n");
 
   // Identity: the peer unless it is a trusted proxy (then its forwarding headers).
-  if (rt_->client_ip.is_trusted(peer_)) {
+  peer_trusted_ = rt_->client_ip.is_trusted(peer_);
+  if (peer_trusted_) {
     auto& fields = ip_fields_;
     std::size_t n = 0;
     for (const auto& f : req) {
@@ -359,7 +360,7 @@ asio::awaitable<session::outcome> session::forward() {
   head_out_.clear();
   forward_context fc;
   fc.peer_ip = peer_str_;
-  fc.peer_trusted = rt_->client_ip.is_trusted(peer_);
+  fc.peer_trusted = peer_trusted_;
   fc.request_id = request_id_;
   fc.upgrade = upgrade;
   fc.framing = framing_;

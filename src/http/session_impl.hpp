@@ -90,6 +90,7 @@ class session {
   std::string request_id_;
   std::string path_;
   std::string client_key_;
+  bool peer_trusted_ = false;  // under this request's config snapshot
   std::string peer_key_;
   std::shared_ptr<const app::runtime> peer_key_rt_;
   std::string abs_host_, abs_target_;
