@@ -1,16 +1,32 @@
--- concurrency: a = limit, b = lease lifetime ms. A ZSET of leases (member = lease,
--- score = its expiry): released by ZREM when the response finishes, reclaimed here
--- once expired if a gateway died holding it.
-ALGOS.cc = function(key, clock, limit, lifetime, _, _, commit, member)
-  local now = clock()
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
-  local n = redis.call('ZCARD', key)
-  if n + 1 > limit then
-    return {0, limit, 0, 0, 1000}
-  end
-  if commit then
-    redis.call('ZADD', key, now + lifetime, member())
-    redis.call('PEXPIRE', key, ceil(lifetime))
-  end
-  return {1, limit, limit - n - 1, 0, 0}
-end
+-- concurrency: a = limit, b = lease lifetime ms. A ZSET of leases (member = request
+-- nonce and limit index, score = its expiry): released by ZREM when the response
+-- finishes, reclaimed here once expired if a gateway died holding it.
+ALGOS.cc = {
+  members = true,
+  load = function(key)
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', clock())
+    return {n = redis.call('ZCARD', key), add = {}}
+  end,
+  step = function(st, spec, _, commit, nonce, i)
+    local limit = spec[2]
+    local n = st.n + #st.add
+    if n + 1 > limit then return 0, 0, 0, 1000 end
+    if commit then
+      st.add[#st.add + 1] = nonce .. ':' .. i
+      st.dirty = true
+    end
+    return 1, limit - n - 1, 0, 0
+  end,
+  save = function(key, st, spec)
+    local expiry, add = clock() + spec[3], st.add
+    for first = 1, #add, 256 do
+      local args = {}
+      for j = first, math.min(#add, first + 255) do
+        args[#args + 1] = expiry
+        args[#args + 1] = add[j]
+      end
+      redis.call('ZADD', key, unpack(args))
+    end
+    redis.call('PEXPIRE', key, ceil(spec[3]))
+  end,
+}

@@ -1,48 +1,80 @@
--- Driver. Several requests in one call (the gateway batches the concurrent requests
--- of one event-loop turn): ARGV[1] = number of requests; then per request: its nonce,
--- its number of limits k, and 6 arguments per limit (algorithm, a, b, c, cost,
--- shadow 1/0). KEYS holds the requests' keys in the same order.
+-- Driver. The gateway batches the concurrent requests of one event-loop turn into one
+-- call. ARGV: [1] the number of requests, [2] the number of limit specs S, [3] the
+-- number of request shapes H; then S specs of 6 arguments (algorithm, a, b, c, cost,
+-- shadow 1/0); then H shapes, each its number of limits k and k spec indexes
+-- (1-based); then per request its shape's index and, if the shape has a sliding_log or
+-- concurrency limit, its nonce (members are named after it). KEYS holds the requests'
+-- keys in the same order, one per limit.
 -- Per request, all limits are checked first; unless one that is not in shadow mode
 -- denies, every admitting limit is then recorded: a denied request consumes nothing.
--- Returns 5 integers per limit, request after request: allowed, limit, remaining,
+-- Returns 4 integers per limit, request after request: allowed (1/0), remaining,
 -- reset_ms, retry_ms.
-local now
-local function clock()
-  if not now then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+local KEYS, ARGV, tonumber = KEYS, ARGV, tonumber
+local specs, shapes, states, touched = {}, {}, {}, {}
+local at = 4
+for s = 1, tonumber(ARGV[2]) do
+  specs[s] = {ALGOS[ARGV[at]], tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]),
+              tonumber(ARGV[at + 4]), ARGV[at + 5] == '1'}
+  at = at + 6
+end
+for h = 1, tonumber(ARGV[3]) do
+  local k = tonumber(ARGV[at])
+  local shape = {k = k, nonce = false}
+  for i = 1, k do
+    local spec = specs[tonumber(ARGV[at + i])]
+    shape[i] = spec
+    if spec[1].members then shape.nonce = true end
   end
-  return now
+  shapes[tostring(h)] = shape
+  at = at + k + 1
 end
 
-local out = {}
-local key_at, arg_at = 1, 2
+local out, o, key_at = {}, 0, 1
 for _ = 1, tonumber(ARGV[1]) do
-  local nonce = ARGV[arg_at]
-  local k = tonumber(ARGV[arg_at + 1])
-  arg_at = arg_at + 2
-  -- One limit (the common case): a denial records nothing anyway, so one pass.
-  local single = k == 1
-  local results = {}
-  local blocked = false
-  for i = 1, k do
-    local base = arg_at + (i - 1) * 6
-    local member = function() return nonce .. ':' .. i end
-    local r = ALGOS[ARGV[base]](KEYS[key_at + i - 1], clock, tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]),
-                                tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4]), single, member)
-    results[i] = r
-    if r[1] == 0 and ARGV[base + 5] ~= '1' then blocked = true end
-  end
-  for i = 1, k do
-    local base = arg_at + (i - 1) * 6
-    if not single and not blocked and results[i][1] == 1 then
-      local member = function() return nonce .. ':' .. i end
-      ALGOS[ARGV[base]](KEYS[key_at + i - 1], clock, tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]),
-                        tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4]), true, member)
+  local shape = shapes[ARGV[at]]
+  local nonce
+  if shape.nonce then nonce = ARGV[at + 1]; at = at + 2 else at = at + 1 end
+  local k = shape.k
+  if k == 1 then
+    -- One limit (the common case): a denial records nothing anyway, so one pass.
+    local spec, key = shape[1], KEYS[key_at]
+    local st = states[key]
+    if not st then
+      st = spec[1].load(key, spec)
+      st.key, st.spec = key, spec
+      states[key] = st
+      touched[#touched + 1] = st
     end
-    for j = 1, 5 do out[#out + 1] = math.floor(results[i][j]) end
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4] = spec[1].step(st, spec, spec[5], true, nonce, 1)
+  else
+    local blocked = false
+    for i = 1, k do
+      local spec, key = shape[i], KEYS[key_at + i - 1]
+      local st = states[key]
+      if not st then
+        st = spec[1].load(key, spec)
+        st.key, st.spec = key, spec
+        states[key] = st
+        touched[#touched + 1] = st
+      end
+      local j = o + 4 * i
+      out[j - 3], out[j - 2], out[j - 1], out[j] = spec[1].step(st, spec, spec[5], false, nonce, i)
+      if out[j - 3] == 0 and not spec[6] then blocked = true end
+    end
+    if not blocked then
+      for i = 1, k do
+        if out[o + 4 * i - 3] == 1 then
+          local spec = shape[i]
+          spec[1].step(states[KEYS[key_at + i - 1]], spec, spec[5], true, nonce, i)
+        end
+      end
+    end
   end
+  o = o + 4 * k
   key_at = key_at + k
-  arg_at = arg_at + k * 6
+end
+for i = 1, #touched do
+  local st = touched[i]
+  if st.dirty then st.spec[1].save(st.key, st, st.spec) end
 end
 return out

@@ -1,18 +1,34 @@
--- fixed_window: a = limit, b = window ms. One counter that starts with the first
--- admitted request and expires `window` later (SET ... PX on creation, INCRBY after).
-ALGOS.fw = function(key, clock, limit, window, _, cost, commit)
-  local ttl = redis.call('PTTL', key)
-  local used = 0
-  if ttl > 0 then used = tonumber(redis.call('GET', key) or '0') else ttl = window end
-  if used + cost > limit then
-    return {0, limit, math.max(0, limit - used), ttl, ttl}
-  end
-  if commit then
-    if used == 0 then
-      redis.call('SET', key, cost, 'PX', ttl)
-    else
-      redis.call('INCRBY', key, cost)
+-- fixed_window: a = limit, b = window ms. One HASH: n = admitted cost, e = the Redis
+-- time (ms) the window ends. The window starts with the first admitted request; the
+-- key expires (PEXPIREAT) when it ends.
+ALGOS.fw = {
+  load = function(key)
+    local h = redis.call('HMGET', key, 'n', 'e')
+    local e = tonumber(h[2])
+    if e and e > clock() then return {n = tonumber(h[1]) or 0, e = e} end
+    return {n = 0, fresh = true}
+  end,
+  step = function(st, spec, cost, commit)
+    local limit, used = spec[2], st.n
+    local reset = spec[3]
+    if st.e then reset = ceil(st.e - clock()) end
+    if used + cost > limit then
+      return 0, math.max(0, limit - used), reset, reset
     end
-  end
-  return {1, limit, limit - used - cost, ttl, 0}
-end
+    if commit then
+      if not st.e then st.e = clock() + spec[3] end
+      st.n = used + cost
+      st.dirty = true
+    end
+    return 1, limit - used - cost, reset, 0
+  end,
+  save = function(key, st)
+    if st.fresh then
+      local e = ceil(st.e)
+      redis.call('HSET', key, 'n', st.n, 'e', e)
+      redis.call('PEXPIREAT', key, e)
+    else
+      redis.call('HSET', key, 'n', st.n)  -- keeps the key's expiry
+    end
+  end,
+}

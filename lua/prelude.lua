@@ -2,10 +2,29 @@
 -- algorithm files, evaluate.lua, into the one script sent with EVALSHA.
 -- Every key is in KEYS; all time comes from Redis TIME; every write sets an expiry
 -- in the same step, so no key is ever left without a TTL.
--- Each algorithm: f(key, clock, a, b, c, cost, commit, member) -> {allowed, limit, remaining, reset_ms, retry_ms}
--- clock() returns Redis time in ms (TIME is called once, and only if an algorithm asks);
--- member() the unique member name of this request for this limit.
+--
+-- Each algorithm is three functions over the state of one key (and `members = true` if
+-- it names its entries after the request's nonce):
+--   load(key, spec) -> st     reads the key, once per call however many requests use it
+--   step(st, spec, cost, commit, nonce, i) -> allowed (1/0), remaining, reset_ms, retry_ms
+--                             decides one request against st; with commit, records it in st
+--                             (and sets st.dirty); a denied request never records anything
+--   save(key, st, spec)       writes st back, once per call, only if a step recorded
+-- spec = {algorithm, a, b, c, cost, shadow}. A script runs atomically, so reading each key
+-- once, deciding every request of the call in memory and writing each key once is the
+-- same as one call per request, at a fraction of the Redis commands.
+-- clock() is Redis time in ms: TIME is called once per call, and only if asked for.
 local ALGOS = {}
 
-local function ceil(x) return math.ceil(x - 1e-9) end
-local function floor(x) return math.floor(x + 1e-9) end
+local now
+local function clock()
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+  end
+  return now
+end
+
+local mceil, mfloor = math.ceil, math.floor
+local function ceil(x) return mceil(x - 1e-9) end
+local function floor(x) return mfloor(x + 1e-9) end

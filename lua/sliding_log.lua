@@ -1,27 +1,48 @@
 -- sliding_log: a = limit, b = window ms. A ZSET of admitted requests scored by Redis
--- time; members are unique (request nonce + index), so requests in the same
--- millisecond all count. Denied requests are not recorded.
-ALGOS.sl = function(key, clock, limit, window, _, cost, commit, member)
-  local now = clock()
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
-  local n = redis.call('ZCARD', key)
-  local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-  local reset = window
-  if oldest[2] then reset = tonumber(oldest[2]) + window - now end
-  if n + cost > limit then
-    local k = n + cost - limit
-    local retry = window
-    if k <= n then
-      local e = redis.call('ZRANGE', key, k - 1, k - 1, 'WITHSCORES')
-      retry = tonumber(e[2]) + window - now
+-- time; members are unique (request nonce, limit index, unit of cost), so requests in
+-- the same millisecond all count. Denied requests are not recorded.
+ALGOS.sl = {
+  members = true,
+  load = function(key, spec)
+    local t = clock()
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', t - spec[3])
+    local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    return {n = redis.call('ZCARD', key), oldest = tonumber(oldest[2]), add = {}}
+  end,
+  step = function(st, spec, cost, commit, nonce, i)
+    local t, limit, window = clock(), spec[2], spec[3]
+    local n = st.n + #st.add
+    local reset = window
+    if st.oldest then reset = ceil(st.oldest + window - t) end
+    if n + cost > limit then
+      -- The k-th oldest entry must leave before `cost` more fit (this call's own
+      -- entries are the newest, at time t).
+      local k = n + cost - limit
+      local retry = window
+      if k <= st.n then
+        local e = redis.call('ZRANGE', st.key, k - 1, k - 1, 'WITHSCORES')
+        retry = ceil(tonumber(e[2]) + window - t)
+      end
+      return 0, math.max(0, limit - n), reset, retry
     end
-    return {0, limit, math.max(0, limit - n), ceil(reset), ceil(retry)}
-  end
-  if commit then
-    for i = 1, cost do
-      redis.call('ZADD', key, now, member() .. ':' .. i)
+    if commit then
+      local m = nonce .. ':' .. i .. ':'
+      for u = 1, cost do st.add[#st.add + 1] = m .. u end
+      if not st.oldest then st.oldest = t end
+      st.dirty = true
     end
-    redis.call('PEXPIRE', key, ceil(window))
-  end
-  return {1, limit, limit - n - cost, ceil(reset), 0}
-end
+    return 1, limit - n - cost, reset, 0
+  end,
+  save = function(key, st, spec)
+    local t, add = clock(), st.add
+    for first = 1, #add, 256 do
+      local args = {}
+      for j = first, math.min(#add, first + 255) do
+        args[#args + 1] = t
+        args[#args + 1] = add[j]
+      end
+      redis.call('ZADD', key, unpack(args))
+    end
+    redis.call('PEXPIRE', key, ceil(spec[3]))
+  end,
+}

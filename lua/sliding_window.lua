@@ -1,32 +1,38 @@
 -- sliding_window: a = limit, b = window ms. Two buckets in one HASH (b = index of
 -- the current bucket, c = its count, p = the previous bucket's count); the previous
 -- bucket is weighted by how much of it the sliding window still covers.
-ALGOS.sw = function(key, clock, limit, window, _, cost, commit)
-  local now = clock()
-  local t = math.floor(now)
-  local idx = math.floor(t / window)
-  local elapsed = t - idx * window
-  local h = redis.call('HMGET', key, 'b', 'c', 'p')
-  local b = tonumber(h[1])
-  local curr, prev = 0, 0
-  if b == idx then
-    curr = tonumber(h[2]) or 0
-    prev = tonumber(h[3]) or 0
-  elseif b == idx - 1 then
-    prev = tonumber(h[2]) or 0
-  end
-  local estimate = prev * (window - elapsed) / window + curr
-  if estimate + cost > limit + 1e-9 then
-    local room = limit - curr - cost
-    local retry = window - elapsed
-    if prev > 0 and room >= 0 then
-      retry = math.max(1, ceil(window - room * window / prev - elapsed))
+ALGOS.sw = {
+  load = function(key)
+    local h = redis.call('HMGET', key, 'b', 'c', 'p')
+    return {b = tonumber(h[1]), c = tonumber(h[2]) or 0, p = tonumber(h[3]) or 0}
+  end,
+  step = function(st, spec, cost, commit)
+    local limit, window = spec[2], spec[3]
+    local t = math.floor(clock())
+    local idx = math.floor(t / window)
+    local elapsed = t - idx * window
+    local curr, prev = 0, 0
+    if st.b == idx then
+      curr, prev = st.c, st.p
+    elseif st.b == idx - 1 then
+      prev = st.c
     end
-    return {0, limit, math.max(0, floor(limit - estimate)), window - elapsed, retry}
-  end
-  if commit then
-    redis.call('HSET', key, 'b', idx, 'c', curr + cost, 'p', prev)
-    redis.call('PEXPIRE', key, (idx + 2) * window - t)
-  end
-  return {1, limit, math.max(0, floor(limit - estimate - cost)), window - elapsed, 0}
-end
+    local estimate = prev * (window - elapsed) / window + curr
+    if estimate + cost > limit + 1e-9 then
+      local room = limit - curr - cost
+      local retry = window - elapsed
+      if prev > 0 and room >= 0 then
+        retry = math.max(1, ceil(window - room * window / prev - elapsed))
+      end
+      return 0, math.max(0, floor(limit - estimate)), window - elapsed, retry
+    end
+    if commit then
+      st.b, st.c, st.p, st.dirty = idx, curr + cost, prev, true
+    end
+    return 1, math.max(0, floor(limit - estimate - cost)), window - elapsed, 0
+  end,
+  save = function(key, st, spec)
+    redis.call('HSET', key, 'b', st.b, 'c', st.c, 'p', st.p)
+    redis.call('PEXPIRE', key, (st.b + 2) * spec[3] - math.floor(clock()))
+  end,
+}

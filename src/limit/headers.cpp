@@ -1,6 +1,7 @@
 #include "limit/headers.hpp"
 
 #include <algorithm>
+#include <charconv>
 
 namespace fg::limit {
 
@@ -17,6 +18,22 @@ std::int64_t window_seconds(const config::limit_config& l) {
 
 }  // namespace
 
+namespace {
+
+void append_int(std::string& out, std::int64_t v) {
+  char buf[24];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, static_cast<std::size_t>(r.ptr - buf));
+}
+
+void append_quoted(std::string& out, const std::string& name) {
+  out += '"';
+  out += name;
+  out += '"';
+}
+
+}  // namespace
+
 void append_rate_headers(std::string& out, config::headers_mode mode,
                          std::span<const config::limit_config* const> limits, std::span<const decision> decisions,
                          bool denied) {
@@ -24,22 +41,32 @@ void append_rate_headers(std::string& out, config::headers_mode mode,
     std::int64_t retry = 0;
     for (std::size_t i = 0; i < limits.size(); ++i)
       if (!decisions[i].allowed && !limits[i]->shadow) retry = std::max(retry, decisions[i].retry_ms);
-    out.append("Retry-After: ").append(std::to_string(std::max<std::int64_t>(1, ceil_seconds(retry)))).append("\r\n");
+    out += "Retry-After: ";
+    append_int(out, std::max<std::int64_t>(1, ceil_seconds(retry)));
+    out += "\r\n";
   }
   if (mode == config::headers_mode::none || limits.empty()) return;
   if (mode == config::headers_mode::ietf || mode == config::headers_mode::both) {
-    std::string policy, state;
+    out += "RateLimit-Policy: ";
     for (std::size_t i = 0; i < limits.size(); ++i) {
-      const auto& l = *limits[i];
-      const auto& d = decisions[i];
-      if (i) policy += ", ", state += ", ";
-      policy += "\"" + l.name + "\";q=" + std::to_string(d.limit) + ";w=" + std::to_string(window_seconds(l));
-      auto remaining = d.allowed ? d.remaining : 0;
-      auto t = d.allowed ? ceil_seconds(d.reset_ms) : ceil_seconds(d.retry_ms);
-      state += "\"" + l.name + "\";r=" + std::to_string(remaining) + ";t=" + std::to_string(t);
+      if (i) out += ", ";
+      append_quoted(out, limits[i]->name);
+      out += ";q=";
+      append_int(out, static_cast<std::int64_t>(decisions[i].limit));
+      out += ";w=";
+      append_int(out, window_seconds(*limits[i]));
     }
-    out.append("RateLimit-Policy: ").append(policy).append("\r\n");
-    out.append("RateLimit: ").append(state).append("\r\n");
+    out += "\r\nRateLimit: ";
+    for (std::size_t i = 0; i < limits.size(); ++i) {
+      const auto& d = decisions[i];
+      if (i) out += ", ";
+      append_quoted(out, limits[i]->name);
+      out += ";r=";
+      append_int(out, d.allowed ? static_cast<std::int64_t>(d.remaining) : 0);
+      out += ";t=";
+      append_int(out, d.allowed ? ceil_seconds(d.reset_ms) : ceil_seconds(d.retry_ms));
+    }
+    out += "\r\n";
   }
   if (mode == config::headers_mode::legacy || mode == config::headers_mode::both) {
     // The most restrictive limit: the fewest remaining (a denying one first).
@@ -50,11 +77,13 @@ void append_rate_headers(std::string& out, config::headers_mode mode,
       if (ri < rp) pick = i;
     }
     const auto& d = decisions[pick];
-    auto remaining = d.allowed ? d.remaining : 0;
-    auto reset = d.allowed ? ceil_seconds(d.reset_ms) : ceil_seconds(d.retry_ms);
-    out.append("X-RateLimit-Limit: ").append(std::to_string(d.limit)).append("\r\n");
-    out.append("X-RateLimit-Remaining: ").append(std::to_string(remaining)).append("\r\n");
-    out.append("X-RateLimit-Reset: ").append(std::to_string(reset)).append("\r\n");
+    out += "X-RateLimit-Limit: ";
+    append_int(out, static_cast<std::int64_t>(d.limit));
+    out += "\r\nX-RateLimit-Remaining: ";
+    append_int(out, d.allowed ? static_cast<std::int64_t>(d.remaining) : 0);
+    out += "\r\nX-RateLimit-Reset: ";
+    append_int(out, d.allowed ? ceil_seconds(d.reset_ms) : ceil_seconds(d.retry_ms));
+    out += "\r\n";
   }
 }
 

@@ -1,13 +1,15 @@
 #include "limit/redis_store.hpp"
 
+#include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/as_tuple.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <hiredis/hiredis.h>
+
+#include <algorithm>
+#include <charconv>
 
 #include "redis/connection.hpp"
-#include "redis/reply.hpp"
 
 namespace fg::limit {
 
@@ -23,41 +25,89 @@ const char* code(config::algorithm a) {
   }
   return "fw";
 }
+
+void append_number(std::string& out, std::uint64_t v) {
+  char buf[24];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  redis::append_bulk(out, std::string_view(buf, static_cast<std::size_t>(r.ptr - buf)));
+}
+
 }  // namespace
 
-void append_request(std::span<const check> checks, std::string_view nonce, std::vector<std::string>& keys,
-                    std::vector<std::string>& args) {
-  args.emplace_back(nonce);
-  args.push_back(std::to_string(checks.size()));
+std::size_t script_call::spec_index(const check& c) {
+  for (std::size_t i = 0; i < spec_ids_.size(); ++i)
+    if (spec_ids_[i].first == c.cfg && spec_ids_[i].second == c.cost) return i + 1;
+  spec_ids_.emplace_back(c.cfg, c.cost);
+  const auto& l = *c.cfg;
+  redis::append_bulk(specs_, code(l.algo));
+  if (config::rate_based(l)) {
+    append_number(specs_, l.rate_.count);
+    append_number(specs_, static_cast<std::uint64_t>(l.rate_.per.count()));
+    append_number(specs_, l.burst);
+  } else {
+    append_number(specs_, l.limit);
+    append_number(specs_, static_cast<std::uint64_t>(l.window.count()));
+    append_number(specs_, 0);
+  }
+  append_number(specs_, c.cost);
+  redis::append_bulk(specs_, l.shadow ? "1" : "0");
+  return spec_ids_.size();
+}
+
+std::size_t script_call::shape_index(std::span<const std::size_t> specs) {
+  for (std::size_t i = 0; i < shape_ids_.size(); ++i)
+    if (std::ranges::equal(shape_ids_[i], specs)) return i + 1;
+  shape_ids_.emplace_back(specs.begin(), specs.end());
+  append_number(shapes_, specs.size());
+  for (auto s : specs) append_number(shapes_, s);
+  shape_args_ += 1 + specs.size();
+  return shape_ids_.size();
+}
+
+void script_call::add(std::span<const check> checks, std::string_view nonce) {
+  ++requests_;
+  scratch_.clear();
+  bool named = false;  // a limit names its entries after the request's nonce
   for (const auto& c : checks) {
-    const auto& l = *c.cfg;
-    keys.push_back(c.key);
-    args.emplace_back(code(l.algo));
-    if (config::rate_based(l)) {
-      args.push_back(std::to_string(l.rate_.count));
-      args.push_back(std::to_string(l.rate_.per.count()));
-      args.push_back(std::to_string(l.burst));
-    } else {
-      args.push_back(std::to_string(l.limit));
-      args.push_back(std::to_string(l.window.count()));
-      args.emplace_back("0");
-    }
-    args.push_back(std::to_string(c.cost));
-    args.emplace_back(l.shadow ? "1" : "0");
+    redis::append_bulk(keys_, c.key);
+    ++keys_count_;
+    scratch_.push_back(spec_index(c));
+    named |= c.cfg->algo == config::algorithm::sliding_log || c.cfg->algo == config::algorithm::concurrency;
+  }
+  append_number(per_request_, shape_index(scratch_));
+  ++per_request_args_;
+  if (named) {
+    redis::append_bulk(per_request_, nonce);
+    ++per_request_args_;
   }
 }
 
-bool decode_reply(const redis::reply& r, std::size_t offset, std::span<decision> out) {
-  if (r.type != redis::reply::kind::array || r.elements.size() < offset + out.size() * 5) return false;
+std::pair<std::size_t, std::string> script_call::finish() && {
+  std::string out;
+  out.reserve(keys_.size() + specs_.size() + shapes_.size() + per_request_.size() + 64);
+  append_number(out, keys_count_);
+  out += keys_;
+  append_number(out, requests_);
+  append_number(out, spec_ids_.size());
+  append_number(out, shape_ids_.size());
+  out += specs_;
+  out += shapes_;
+  out += per_request_;
+  return {1 + keys_count_ + 3 + 6 * spec_ids_.size() + shape_args_ + per_request_args_, std::move(out)};
+}
+
+bool decode_reply(const redisReply* r, std::size_t offset, std::span<const check> checks, std::span<decision> out) {
+  if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < offset + out.size() * 4) return false;
   for (std::size_t i = 0; i < out.size(); ++i) {
-    const auto* e = &r.elements[offset + i * 5];
-    for (int j = 0; j < 5; ++j)
-      if (e[j].type != redis::reply::kind::integer) return false;
-    out[i].allowed = e[0].integer == 1;
-    out[i].limit = static_cast<std::uint64_t>(std::max<std::int64_t>(0, e[1].integer));
-    out[i].remaining = static_cast<std::uint64_t>(std::max<std::int64_t>(0, e[2].integer));
-    out[i].reset_ms = e[3].integer;
-    out[i].retry_ms = e[4].integer;
+    redisReply* const* e = r->element + offset + i * 4;
+    for (int j = 0; j < 4; ++j)
+      if (e[j]->type != REDIS_REPLY_INTEGER) return false;
+    const auto& l = *checks[i].cfg;
+    out[i].allowed = e[0]->integer == 1;
+    out[i].limit = config::rate_based(l) ? l.burst : l.limit;
+    out[i].remaining = static_cast<std::uint64_t>(std::max<long long>(0, e[1]->integer));
+    out[i].reset_ms = e[2]->integer;
+    out[i].retry_ms = e[3]->integer;
   }
   return true;
 }
@@ -81,53 +131,58 @@ void deny_cache::remember(const std::string& key, std::int64_t until) {
   map_[key] = until;
 }
 
+struct redis_batcher::batch {
+  struct waiter {
+    std::span<const check> checks;
+    std::span<decision> out;
+    boost::asio::any_completion_handler<void(boost::system::error_code)> resume;
+    boost::system::error_code ec{};
+  };
+  script_call call;
+  std::vector<waiter> waiters;
+};
+
 redis_batcher::redis_batcher(boost::asio::any_io_executor ex, std::shared_ptr<redis::connection> c,
                              std::size_t max_batch)
     : ex_(std::move(ex)), conn_(std::move(c)), max_batch_(max_batch) {}
 
-void redis_batcher::add(std::span<const check> checks, std::string_view nonce, std::span<decision> out,
-                        std::function<void(boost::system::error_code)> done) {
-  if (!current_) current_ = std::make_unique<batch>();
-  append_request(checks, nonce, current_->keys, current_->args);
-  current_->entries.push_back({out, std::move(done)});
-  if (current_->entries.size() >= max_batch_) {
-    flush();
-  } else if (!flush_posted_) {
-    // Everything that becomes ready in this turn of the event loop joins the batch.
-    flush_posted_ = true;
-    boost::asio::post(ex_, [this] {
-      flush_posted_ = false;
-      flush();
-    });
-  }
-}
+redis_batcher::~redis_batcher() = default;
 
 void redis_batcher::flush() {
-  if (!current_ || current_->entries.empty()) return;
+  if (!current_ || current_->waiters.empty()) return;
   auto b = std::shared_ptr<batch>(std::move(current_));
-  b->args[0] = std::to_string(b->entries.size());
-  auto run = [conn = conn_, b]() -> boost::asio::awaitable<void> {
-    auto [ec, reply] = co_await conn->eval(b->keys, b->args);
+  auto [argc, args] = std::move(b->call).finish();
+  conn_->eval(argc, std::move(args), [b, ex = ex_](boost::system::error_code ec, const redisReply* r) {
     std::size_t offset = 0;
-    for (auto& e : b->entries) {
-      auto result = ec;
-      if (!result && (reply.is_error() || !decode_reply(reply, offset, e.out)))
-        result = redis::make_error_code(redis::errc::protocol);
-      offset += e.out.size() * 5;
-      e.done(result);
+    for (auto& w : b->waiters) {
+      w.ec = ec;
+      if (!ec && !decode_reply(r, offset, w.checks, w.out)) w.ec = redis::make_error_code(redis::errc::protocol);
+      offset += w.out.size() * 4;
     }
-  };
-  boost::asio::co_spawn(ex_, run, boost::asio::detached);
+    // The requests go on from the event loop, not from inside hiredis' callback.
+    boost::asio::post(ex, [b] {
+      for (auto& w : b->waiters) std::move(w.resume)(w.ec);
+    });
+  });
 }
 
 boost::asio::awaitable<boost::system::error_code> redis_batcher::evaluate(std::span<const check> checks,
                                                                         std::string_view nonce,
                                                                         std::span<decision> out) {
   auto init = [this, checks, nonce, out](auto handler) {
-    auto h = std::make_shared<decltype(handler)>(std::move(handler));
-    add(checks, nonce, out, [h, ex = ex_](boost::system::error_code ec) {
-      boost::asio::post(ex, [h, ec] { (*h)(ec); });
-    });
+    if (!current_) current_ = std::make_unique<batch>();
+    current_->call.add(checks, nonce);
+    current_->waiters.push_back({checks, out, std::move(handler)});
+    if (current_->waiters.size() >= max_batch_) {
+      flush();
+    } else if (!flush_posted_) {
+      // Everything that becomes ready in this turn of the event loop joins the batch.
+      flush_posted_ = true;
+      boost::asio::post(ex_, [this] {
+        flush_posted_ = false;
+        flush();
+      });
+    }
   };
   constexpr auto token = boost::asio::as_tuple(boost::asio::use_awaitable);
   auto [ec] = co_await boost::asio::async_initiate<decltype(token), void(boost::system::error_code)>(init, token);

@@ -13,17 +13,36 @@
 #include <functional>
 #include <memory>
 
-namespace fg::redis { struct reply; class connection; }
+struct redisReply;
+namespace fg::redis { class connection; }
 
 namespace fg::limit {
 
-// Appends one request to the KEYS and ARGV of a limiter-script call (lua/evaluate.lua:
-// ARGV[1], the number of requests, is the caller's).
-void append_request(std::span<const check> checks, std::string_view nonce, std::vector<std::string>& keys,
-                    std::vector<std::string>& args);
-// Reads 5 integers per decision from `r`, starting at element `offset`; false when the
-// reply is not what the script returns.
-bool decode_reply(const redis::reply& r, std::size_t offset, std::span<decision> out);
+// One call of the limiter script (lua/evaluate.lua) for many requests, built in RESP
+// form as requests arrive. What requests share goes once per call: each limit's
+// parameters (a spec) and each list of limits a request has (a shape). Per request
+// only its keys, its shape and, if a limit names entries after it, its nonce.
+class script_call {
+ public:
+  void add(std::span<const check> checks, std::string_view nonce);
+  std::size_t requests() const { return requests_; }
+  // The script's arguments (numkeys, KEYS, ARGV) as RESP bulk strings, and their count.
+  std::pair<std::size_t, std::string> finish() &&;
+
+ private:
+  std::size_t spec_index(const check& c);
+  std::size_t shape_index(std::span<const std::size_t> specs);
+
+  std::string keys_, specs_, shapes_, per_request_;
+  std::vector<std::pair<const config::limit_config*, std::uint64_t>> spec_ids_;  // (limit, cost)
+  std::vector<std::vector<std::size_t>> shape_ids_;
+  std::vector<std::size_t> scratch_;
+  std::size_t requests_ = 0, keys_count_ = 0, shape_args_ = 0, per_request_args_ = 0;
+};
+
+// Reads the decisions of `checks` (4 integers each) from the script's reply, starting
+// at element `offset`; false when the reply is not what the script returns.
+bool decode_reply(const redisReply* r, std::size_t offset, std::span<const check> checks, std::span<decision> out);
 
 // Batches the limit checks of concurrent requests on one worker into one script call
 // per event-loop turn (at most `max_batch` requests), so that Redis runs the script
@@ -31,21 +50,14 @@ bool decode_reply(const redis::reply& r, std::size_t offset, std::span<decision>
 class redis_batcher {
  public:
   redis_batcher(boost::asio::any_io_executor ex, std::shared_ptr<redis::connection> c, std::size_t max_batch = 64);
-  // Evaluates `checks`; `out` (one decision per check) is filled before completion.
+  ~redis_batcher();
+  // Evaluates `checks` (which, like `nonce` and `out`, must live until completion);
+  // `out` (one decision per check) is filled before completion.
   boost::asio::awaitable<boost::system::error_code> evaluate(std::span<const check> checks, std::string_view nonce,
                                                              std::span<decision> out);
 
  private:
-  struct entry {
-    std::span<decision> out;
-    std::function<void(boost::system::error_code)> done;
-  };
-  struct batch {
-    std::vector<std::string> keys, args{"0"};
-    std::vector<entry> entries;
-  };
-  void add(std::span<const check> checks, std::string_view nonce, std::span<decision> out,
-           std::function<void(boost::system::error_code)> done);
+  struct batch;
   void flush();
 
   boost::asio::any_io_executor ex_;

@@ -194,7 +194,7 @@ void connection::del_read(void* p) { static_cast<connection*>(p)->want_read_ = f
 void connection::add_write(void* p) {
   auto* self = static_cast<connection*>(p);
   self->want_write_ = true;
-  self->wait_write();
+  self->write_soon();
 }
 void connection::del_write(void* p) { static_cast<connection*>(p)->want_write_ = false; }
 
@@ -220,6 +220,24 @@ void connection::wait_read() {
   });
 }
 
+void connection::write_soon() {
+  // Once connected the socket is almost always writable: write at the end of this
+  // event-loop turn (commands queued meanwhile go in the same write) and wait for
+  // writability only if hiredis could not write everything.
+  if (writing_ || !want_write_ || !sd_.is_open()) return;
+  if (!ac_ || !(ac_->c.flags & REDIS_CONNECTED)) {
+    wait_write();
+    return;
+  }
+  writing_ = true;
+  asio::post(ex_, [self = shared_from_this()] {
+    self->writing_ = false;
+    if (!self->ac_ || !self->want_write_) return;
+    redisAsyncHandleWrite(self->ac_);
+    self->wait_write();
+  });
+}
+
 void connection::wait_write() {
   if (writing_ || !want_write_ || !sd_.is_open()) return;
   writing_ = true;
@@ -231,10 +249,24 @@ void connection::wait_write() {
   });
 }
 
-void connection::finish(pending* p, error_code ec, reply r) {
+void append_bulk(std::string& out, std::string_view s) {
+  char head[24];
+  auto n = std::snprintf(head, sizeof head, "$%zu\r\n", s.size());
+  out.append(head, static_cast<std::size_t>(n));
+  out.append(s);
+  out.append("\r\n", 2);
+}
+
+void connection::finish(pending* p, error_code ec, const redisReply* r) {
   p->finished = true;
-  if (!p->done) return;
-  asio::post(ex_, [done = std::move(p->done), ec, r = std::move(r)]() mutable { done(ec, std::move(r)); });
+  if (p->done) {
+    auto done = std::move(p->done);
+    done(ec, r);
+  }
+}
+
+void connection::fail_later(raw_completion done, error_code ec) {
+  if (done) asio::post(ex_, [done = std::move(done), ec] { done(ec, nullptr); });
 }
 
 void connection::on_reply(redisAsyncContext* ac, void* r, void* privdata) {
@@ -246,32 +278,56 @@ void connection::on_reply(redisAsyncContext* ac, void* r, void* privdata) {
       self->pending_.erase(it);
       break;
     }
+  auto* rep = static_cast<const redisReply*>(r);
+  if (!p->finished && rep && rep->type == REDIS_REPLY_ERROR && p->eval_argc != 0 && self->ac_ &&
+      std::string_view(rep->str, rep->len).starts_with("NOSCRIPT")) {
+    // Flushed, or a new server: EVAL sends the script (and caches it) once.
+    std::string cmd = "*" + std::to_string(p->eval_argc + 2) + "\r\n";
+    append_bulk(cmd, "EVAL");
+    append_bulk(cmd, self->script_);
+    cmd += p->eval_args;
+    auto* again = new pending{std::move(p->done), clock::now() + self->cfg_.timeout, false, 0, {}};
+    delete p;
+    self->queue(cmd, again);
+    return;
+  }
   if (!p->finished) {
-    if (r) self->finish(p, {}, reply::from(static_cast<redisReply*>(r)));
-    else self->finish(p, errc::disconnected, {});
+    if (rep) self->finish(p, {}, rep);
+    else self->finish(p, errc::disconnected, nullptr);
   }
   delete p;
 }
 
-void connection::send(const std::vector<std::string>& args, completion done) {
-  if (!ac_ || !ready_) {
-    if (done) asio::post(ex_, [done = std::move(done)] { done(errc::not_connected, {}); });
-    return;
-  }
-  std::vector<const char*> argv;
-  std::vector<std::size_t> lens;
-  argv.reserve(args.size());
-  lens.reserve(args.size());
-  for (const auto& a : args) argv.push_back(a.data()), lens.push_back(a.size());
-  auto* p = new pending{std::move(done), clock::now() + cfg_.timeout};
-  if (redisAsyncCommandArgv(ac_, &connection::on_reply, p, static_cast<int>(args.size()), argv.data(), lens.data()) !=
-      REDIS_OK) {
-    if (p->done) asio::post(ex_, [done = std::move(p->done)] { done(errc::not_connected, {}); });
+bool connection::queue(const std::string& cmd, pending* p) {
+  if (!ac_ || !ready_ ||
+      redisAsyncFormattedCommand(ac_, &connection::on_reply, p, cmd.data(), cmd.size()) != REDIS_OK) {
+    fail_later(std::move(p->done), errc::not_connected);
     delete p;
-    return;
+    return false;
   }
   pending_.push_back(p);
   arm_deadline_timer();
+  return true;
+}
+
+void connection::send(const std::vector<std::string>& args, completion done) {
+  std::string cmd = "*" + std::to_string(args.size()) + "\r\n";
+  for (const auto& a : args) append_bulk(cmd, a);
+  raw_completion raw;
+  if (done)
+    raw = [ex = ex_, done = std::move(done)](error_code ec, const redisReply* r) mutable {
+      asio::post(ex, [done = std::move(done), ec, r = reply::from(r)]() mutable { done(ec, std::move(r)); });
+    };
+  queue(cmd, new pending{std::move(raw), clock::now() + cfg_.timeout, false, 0, {}});
+}
+
+void connection::eval(std::size_t argc, std::string args, raw_completion done) {
+  std::string cmd = "*" + std::to_string(argc + 2) + "\r\n";
+  append_bulk(cmd, "EVALSHA");
+  append_bulk(cmd, sha_);
+  cmd += args;
+  auto* p = new pending{std::move(done), clock::now() + cfg_.timeout, false, argc, std::move(args)};
+  queue(cmd, p);
 }
 
 void connection::arm_deadline_timer() {
@@ -288,7 +344,7 @@ void connection::arm_deadline_timer() {
         if (q->finished) continue;
         if (q->deadline > now) break;
         // The reply may still come: it is discarded then (the command may have run).
-        self->finish(q, errc::timeout, {});
+        self->finish(q, errc::timeout, nullptr);
       }
       self->arm_deadline_timer();
     });
@@ -304,25 +360,6 @@ asio::awaitable<std::pair<error_code, reply>> connection::command(std::vector<st
   };
   auto result = co_await asio::async_initiate<decltype(asio::use_awaitable), void(std::pair<error_code, reply>)>(
       init, asio::use_awaitable);
-  co_return result;
-}
-
-asio::awaitable<std::pair<error_code, reply>> connection::eval(const std::vector<std::string>& keys,
-                                                               const std::vector<std::string>& args) {
-  std::vector<std::string> cmd;
-  cmd.reserve(3 + keys.size() + args.size());
-  cmd.push_back("EVALSHA");
-  cmd.push_back(sha_);
-  cmd.push_back(std::to_string(keys.size()));
-  cmd.insert(cmd.end(), keys.begin(), keys.end());
-  cmd.insert(cmd.end(), args.begin(), args.end());
-  auto result = co_await command(cmd);
-  if (!result.first && result.second.is_error() && result.second.str.starts_with("NOSCRIPT")) {
-    // Flushed or a new server: EVAL sends the script (and caches it) once.
-    cmd[0] = "EVAL";
-    cmd[1] = script_;
-    result = co_await command(std::move(cmd));
-  }
   co_return result;
 }
 

@@ -16,6 +16,7 @@
 #include "redis/reply.hpp"
 
 struct redisAsyncContext;
+struct redisReply;
 
 namespace fg::redis {
 
@@ -30,6 +31,10 @@ inline boost::system::error_code make_error_code(errc e) { return {static_cast<i
 class connection : public std::enable_shared_from_this<connection> {
  public:
   using completion = std::function<void(boost::system::error_code, reply)>;
+  // Sees hiredis' reply itself, valid only during the call (nullptr with an error), and
+  // runs on the connection's own stack (in a hiredis callback or a timer): it must
+  // not call back into this connection's owner synchronously (post instead).
+  using raw_completion = std::function<void(boost::system::error_code, const redisReply*)>;
 
   connection(boost::asio::any_io_executor ex, config::redis_config cfg, std::string script);
   ~connection();
@@ -41,15 +46,18 @@ class connection : public std::enable_shared_from_this<connection> {
   // (not_connected at once when down, timeout after redis.timeout).
   void send(const std::vector<std::string>& args, completion done);
   boost::asio::awaitable<std::pair<boost::system::error_code, reply>> command(std::vector<std::string> args);
-  // EVALSHA of the script; on NOSCRIPT, EVAL once (which loads it again). Never retried on timeout.
-  boost::asio::awaitable<std::pair<boost::system::error_code, reply>> eval(const std::vector<std::string>& keys,
-                                                                           const std::vector<std::string>& args);
+  // EVALSHA of the script, its `argc` arguments (numkeys, the keys, ARGV) already in RESP
+  // form in `args` (bulk strings, see append_bulk); on NOSCRIPT, EVAL once (which loads
+  // the script again). Never retried on timeout. `done` is called once.
+  void eval(std::size_t argc, std::string args, raw_completion done);
 
  private:
   struct pending {
-    completion done;
+    raw_completion done;
     std::chrono::steady_clock::time_point deadline;
     bool finished = false;
+    std::size_t eval_argc = 0;  // an EVALSHA: its arguments, to send again as EVAL on NOSCRIPT
+    std::string eval_args;
   };
   static void on_reply(redisAsyncContext* ac, void* r, void* privdata);
   static void on_connect(const redisAsyncContext* ac, int status);
@@ -65,9 +73,14 @@ class connection : public std::enable_shared_from_this<connection> {
   void lost(const char* why);
   void schedule_reconnect();
   void wait_read();
+  void write_soon();
   void wait_write();
   void arm_deadline_timer();
-  void finish(pending* p, boost::system::error_code ec, reply r);
+  void finish(pending* p, boost::system::error_code ec, const redisReply* r);
+  // Queues the RESP command `cmd` for `p` (which it takes); false (p deleted, done not
+  // called) when hiredis refuses it.
+  bool queue(const std::string& cmd, pending* p);
+  void fail_later(raw_completion done, boost::system::error_code ec);
 
   boost::asio::any_io_executor ex_;
   config::redis_config cfg_;
@@ -86,6 +99,11 @@ class connection : public std::enable_shared_from_this<connection> {
   unsigned suppressed_errors_ = 0;
 };
 
+}  // namespace fg::redis
+
+namespace fg::redis {
+// Appends `s` to a RESP command as one bulk string ($<length>\r\n<s>\r\n).
+void append_bulk(std::string& out, std::string_view s);
 }  // namespace fg::redis
 
 template <>

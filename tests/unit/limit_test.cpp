@@ -16,6 +16,10 @@
 #include "limit/headers.hpp"
 #include "limit/keys.hpp"
 #include "limit/memory_store.hpp"
+#include "limit/redis_store.hpp"
+#include "redis/connection.hpp"
+
+#include <hiredis/hiredis.h>
 
 namespace cfg = fg::config;
 using fg::limit::decision;
@@ -909,4 +913,79 @@ TEST_CASE("rate headers: Retry-After only when denied, whole seconds up, at leas
   CHECK(fg::limit::ceil_seconds(1000) == 1);
   CHECK(fg::limit::ceil_seconds(1001) == 2);
   CHECK(fg::limit::ceil_seconds(4500) == 5);
+}
+
+namespace {
+// RESP bulk strings, for the expected script arguments.
+std::string bulks(std::initializer_list<std::string_view> args) {
+  std::string out;
+  for (auto a : args) fg::redis::append_bulk(out, a);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("script_call: specs and shapes once per call, per request its shape and only a needed nonce", "[limit]") {
+  auto fw = windowed(cfg::algorithm::fixed_window, 100, 60000, "fw");
+  auto sl = windowed(cfg::algorithm::sliding_log, 5, 1000, "sl");
+  auto gc = rated(cfg::algorithm::gcra, 10, 1000, 20, "gc");
+  gc.shadow = true;
+  fg::limit::check a{&fw, "k:a", 1}, b{&sl, "k:b", 1}, c{&gc, "k:c", 2};
+  std::vector<fg::limit::check> only_fw{a}, fw_sl{a, b}, fw_gc{a, c};
+
+  fg::limit::script_call call;
+  call.add(only_fw, "n1");
+  call.add(fw_sl, "n2");  // a sliding_log names entries after the nonce: it is sent
+  call.add(only_fw, "n3");
+  call.add(fw_gc, "n4");
+  REQUIRE(call.requests() == 4);
+  auto [argc, args] = std::move(call).finish();
+  auto expected = bulks({"6", "k:a", "k:a", "k:b", "k:a", "k:a", "k:c",        // numkeys, KEYS
+                         "4", "3", "3",                                          // requests, specs, shapes
+                         "fw", "100", "60000", "0", "1", "0",                    // spec 1
+                         "sl", "5", "1000", "0", "1", "0",                       // spec 2
+                         "gcra", "10", "1000", "20", "2", "1",                   // spec 3: rate, burst, cost, shadow
+                         "1", "1", "2", "1", "2", "2", "1", "3",                 // shapes {1}, {1,2}, {1,3}
+                         "1", "2", "n2", "1", "3"});                             // per request
+  CHECK(args == expected);
+  CHECK(argc == 41);
+}
+
+TEST_CASE("decode_reply: 4 integers per check, the limit from the config, anything else refused", "[limit]") {
+  auto fw = windowed(cfg::algorithm::fixed_window, 100, 60000);
+  auto tb = rated(cfg::algorithm::token_bucket, 1, 1000, 7);
+  std::vector<fg::limit::check> checks{{&fw, "a", 1}, {&tb, "b", 1}};
+  std::vector<long long> values{1, 99, 60000, 0, 0, 0, 800, 1200};
+  std::vector<redisReply> elems(values.size());
+  std::vector<redisReply*> ptrs;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    elems[i] = {};
+    elems[i].type = REDIS_REPLY_INTEGER;
+    elems[i].integer = values[i];
+    ptrs.push_back(&elems[i]);
+  }
+  redisReply arr{};
+  arr.type = REDIS_REPLY_ARRAY;
+  arr.elements = ptrs.size();
+  arr.element = ptrs.data();
+  std::vector<decision> out(2);
+  REQUIRE(fg::limit::decode_reply(&arr, 0, checks, out));
+  CHECK(out[0].allowed);
+  CHECK(out[0].limit == 100);
+  CHECK(out[0].remaining == 99);
+  CHECK(out[0].reset_ms == 60000);
+  CHECK_FALSE(out[1].allowed);
+  CHECK(out[1].limit == 7);  // rate-based: the burst
+  CHECK(out[1].retry_ms == 1200);
+  // the second request of a batch starts at element 4
+  std::vector<decision> one(1);
+  REQUIRE(fg::limit::decode_reply(&arr, 4, std::span(checks).subspan(1), one));
+  CHECK(one[0].retry_ms == 1200);
+  // too short, or not integers: refused
+  CHECK_FALSE(fg::limit::decode_reply(&arr, 4, checks, out));
+  elems[2].type = REDIS_REPLY_STRING;
+  CHECK_FALSE(fg::limit::decode_reply(&arr, 0, checks, out));
+  redisReply err{};
+  err.type = REDIS_REPLY_ERROR;
+  CHECK_FALSE(fg::limit::decode_reply(&err, 0, checks, out));
+  CHECK_FALSE(fg::limit::decode_reply(nullptr, 0, checks, out));
 }

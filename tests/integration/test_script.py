@@ -1,0 +1,118 @@
+"""The limiter script itself (lua/*.lua, concatenated as the build does), called
+directly on a real redis-server: many requests in one call, as the gateway's batcher
+sends them. Each key is read once and written once per call, so these check that the
+requests of one call are decided exactly as if they had come one call each."""
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+# In the order the build concatenates them (src/CMakeLists.txt).
+PARTS = re.findall(r"/lua/(\w+)\.lua", (ROOT / "src" / "CMakeLists.txt").read_text())
+SCRIPT = "\n".join((ROOT / "lua" / f"{p}.lua").read_text() for p in PARTS)
+# algorithm code, a, b, c, cost for a limit of 5 (or burst 5) per minute
+SPECS = {
+    "fixed_window": ("fw", 5, 60000, 0, 1),
+    "sliding_log": ("sl", 5, 60000, 0, 1),
+    "sliding_window": ("sw", 5, 60000, 0, 1),
+    "token_bucket": ("tb", 5, 60000, 5, 1),
+    "gcra": ("gcra", 5, 60000, 5, 1),
+    "concurrency": ("cc", 5, 60000, 0, 1),
+}
+
+
+def call(redis_server, requests, specs):
+    """requests: [(nonce, [(key, spec_index), ...]), ...]; specs: [(code, a, b, c, cost, shadow), ...].
+    Sends them as the gateway does (specs and shapes once, then per request its shape
+    and, for sliding_log or concurrency, its nonce). Returns per request a list of
+    (allowed, remaining, reset_ms, retry_ms) per limit."""
+    shapes, keys, per_request = [], [], []
+    for nonce, limits in requests:
+        shape = [spec for _, spec in limits]
+        if shape not in shapes:
+            shapes.append(shape)
+        keys += [key for key, _ in limits]
+        per_request.append(str(shapes.index(shape) + 1))
+        if any(specs[spec - 1][0] in ("sl", "cc") for spec in shape):
+            per_request.append(nonce)
+    args = [str(len(requests)), str(len(specs)), str(len(shapes))]
+    for s in specs:
+        args += [str(x) for x in s]
+    for shape in shapes:
+        args += [str(len(shape))] + [str(x) for x in shape]
+    args += per_request
+    out = subprocess.run(["redis-cli", "-p", str(redis_server.port), "eval", SCRIPT, str(len(keys)), *keys, *args],
+                         capture_output=True, text=True, timeout=10, check=True).stdout.split()
+    assert all(x.lstrip("-").isdigit() for x in out), out
+    values = [int(x) for x in out]
+    result, at = [], 0
+    for _, limits in requests:
+        result.append([tuple(values[at + 4 * i:at + 4 * i + 4]) for i in range(len(limits))])
+        at += 4 * len(limits)
+    assert at == len(values)
+    return result
+
+
+@pytest.mark.parametrize("algo", list(SPECS))
+def test_one_call_of_many_requests_on_one_key_admits_exactly_the_limit(redis_server, algo):
+    key = "fgtest:{r:l:one}"
+    res = call(redis_server, [(f"n{i}", [(key, 1)]) for i in range(12)], [(*SPECS[algo], 0)])
+    allowed = [r[0][0] for r in res]
+    assert allowed == [1] * 5 + [0] * 7
+    # remaining counts down exactly, request after request, within the one call
+    assert [r[0][1] for r in res[:5]] == [4, 3, 2, 1, 0]
+    assert all(r[0][1] == 0 and r[0][3] > 0 for r in res[5:])
+    # and the next call sees what the first one recorded
+    assert call(redis_server, [("m", [(key, 1)])], [(*SPECS[algo], 0)])[0][0][0] == 0
+    if algo in ("sliding_log", "concurrency"):
+        assert int(redis_server.cli("zcard", key)) == 5  # unique members, one per admitted request
+    assert int(redis_server.cli("pttl", key)) > 0
+
+
+def test_fixed_window_state_written_once_with_its_window(redis_server):
+    key = "fgtest:{r:l:fw}"
+    res = call(redis_server, [(f"n{i}", [(key, 1)]) for i in range(4)], [("fw", 7, 5000, 0, 2, 0)])
+    assert [r[0][:2] for r in res] == [(1, 5), (1, 3), (1, 1), (0, 1)]
+    assert all(0 < r[0][2] <= 5000 for r in res)
+    assert redis_server.cli("hget", key, "n") == "6"
+    assert 0 < int(redis_server.cli("pttl", key)) <= 5000
+    # an existing window keeps its end: the second call's reset is what is left of it
+    res = call(redis_server, [("m", [(key, 1)])], [("fw", 7, 5000, 0, 1, 0)])
+    assert res[0][0][:2] == (1, 0) and 0 < res[0][0][2] <= 5000
+
+
+def test_interleaved_keys_in_one_call_are_counted_apart(redis_server):
+    keys = [f"fgtest:{{r:l:ip{i}}}" for i in range(3)]
+    reqs = [(f"n{i}", [(keys[i % 3], 1)]) for i in range(15)]
+    res = call(redis_server, reqs, [("fw", 4, 60000, 0, 1, 0)])
+    for i in range(3):
+        assert [res[j][0][0] for j in range(i, 15, 3)] == [1, 1, 1, 1, 0]
+        assert redis_server.cli("hget", keys[i], "n") == "4"
+
+
+def test_a_request_denied_by_one_limit_consumes_nothing_of_the_others_in_one_call(redis_server):
+    wide, narrow = "fgtest:{r:wide:x}", "fgtest:{r:narrow:x}"
+    specs = [("fw", 10, 60000, 0, 1, 0), ("sl", 2, 60000, 0, 1, 0)]
+    res = call(redis_server, [(f"n{i}", [(wide, 1), (narrow, 2)]) for i in range(5)], specs)
+    assert [(r[0][0], r[1][0]) for r in res] == [(1, 1), (1, 1), (1, 0), (1, 0), (1, 0)]
+    # only the two admitted requests were recorded, in both limits
+    assert redis_server.cli("hget", wide, "n") == "2"
+    assert int(redis_server.cli("zcard", narrow)) == 2
+    # a shadow limit's denial does not block the others: all are recorded
+    shadow = [("fw", 10, 60000, 0, 1, 0), ("sl", 2, 60000, 0, 1, 1)]
+    res = call(redis_server, [("s1", [(wide, 1), (narrow, 2)])], shadow)
+    assert res[0][0][0] == 1 and res[0][1][0] == 0
+    assert redis_server.cli("hget", wide, "n") == "3"
+
+
+def test_requests_of_several_shapes_share_specs_and_keep_their_costs(redis_server):
+    key, other = "fgtest:{r:l:tb}", "fgtest:{r:m:x}"
+    specs = [("tb", 1, 1000, 5, 3, 0), ("tb", 1, 1000, 5, 2, 0), ("fw", 9, 60000, 0, 1, 0)]
+    res = call(redis_server, [("a", [(key, 1)]), ("b", [(key, 1), (other, 3)]), ("c", [(key, 2)]),
+                              ("d", [(other, 3)])], specs)
+    assert [[x[:2] for x in r] for r in res] == [[(1, 2)], [(0, 2), (1, 8)], [(1, 0)], [(1, 8)]]
+    assert res[1][0][3] >= 1000  # one token a second: the missing one is ~1 s away
+    # b was denied by its token bucket, so its fixed window recorded nothing
+    assert redis_server.cli("hget", other, "n") == "1"
