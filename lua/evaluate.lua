@@ -7,9 +7,10 @@
 -- keys in the same order, one per limit.
 -- Per request, all limits are checked first; unless one that is not in shadow mode
 -- denies, every admitting limit is then recorded: a denied request consumes nothing.
--- Returns 4 integers per limit, request after request: allowed (1/0), remaining,
--- reset_ms, retry_ms.
-local KEYS, ARGV, tonumber = KEYS, ARGV, tonumber
+-- Returns one string: per limit, request after request, 4 little-endian 64-bit
+-- integers (allowed 1/0, remaining, reset_ms, retry_ms). One string instead of an
+-- array of integers spares both sides a reply object per number.
+local KEYS, ARGV, tonumber, pack = KEYS, ARGV, tonumber, struct.pack
 local specs, shapes, states, touched = {}, {}, {}, {}
 local at = 4
 for s = 1, tonumber(ARGV[2]) do
@@ -29,7 +30,7 @@ for h = 1, tonumber(ARGV[3]) do
   at = at + k + 1
 end
 
-local out, o, key_at = {}, 0, 1
+local out, key_at = {}, 1
 for _ = 1, tonumber(ARGV[1]) do
   local shape = shapes[ARGV[at]]
   local nonce
@@ -45,9 +46,9 @@ for _ = 1, tonumber(ARGV[1]) do
       states[key] = st
       touched[#touched + 1] = st
     end
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4] = spec[1].step(st, spec, spec[5], true, nonce, 1)
+    out[#out + 1] = pack('<i8i8i8i8', spec[1].step(st, spec, spec[5], true, nonce, 1))
   else
-    local blocked = false
+    local results, blocked = {}, false
     for i = 1, k do
       local spec, key = shape[i], KEYS[key_at + i - 1]
       local st = states[key]
@@ -57,24 +58,23 @@ for _ = 1, tonumber(ARGV[1]) do
         states[key] = st
         touched[#touched + 1] = st
       end
-      local j = o + 4 * i
-      out[j - 3], out[j - 2], out[j - 1], out[j] = spec[1].step(st, spec, spec[5], false, nonce, i)
-      if out[j - 3] == 0 and not spec[6] then blocked = true end
+      local r = {spec[1].step(st, spec, spec[5], false, nonce, i)}
+      results[i] = r
+      if r[1] == 0 and not spec[6] then blocked = true end
     end
-    if not blocked then
-      for i = 1, k do
-        if out[o + 4 * i - 3] == 1 then
-          local spec = shape[i]
-          spec[1].step(states[KEYS[key_at + i - 1]], spec, spec[5], true, nonce, i)
-        end
+    for i = 1, k do
+      local r = results[i]
+      if not blocked and r[1] == 1 then
+        local spec = shape[i]
+        spec[1].step(states[KEYS[key_at + i - 1]], spec, spec[5], true, nonce, i)
       end
+      out[#out + 1] = pack('<i8i8i8i8', r[1], r[2], r[3], r[4])
     end
   end
-  o = o + 4 * k
   key_at = key_at + k
 end
 for i = 1, #touched do
   local st = touched[i]
   if st.dirty then st.spec[1].save(st.key, st, st.spec) end
 end
-return out
+return table.concat(out)

@@ -99,11 +99,11 @@ class session {
   std::vector<limit::check> checks_;
   std::vector<const config::limit_config*> check_cfgs_;
   std::vector<limit::decision> decisions_;
-  std::string rate_headers_;  // for the upstream's response
+  std::string rate_headers_;  // for the upstream's response (or the 429)
   std::uint64_t lease_ = 0;
   bool leases_held_ = false;
   bool leases_in_redis_ = false;
-  std::string nonce_;  // an absolute-form request, rewritten to origin-form
+  std::string nonce_;  // names this request's sliding_log entries and concurrency leases in Redis
   body_framing framing_;
   int route_ = -1;
   std::uint64_t bytes_in_ = 0, bytes_out_ = 0;

@@ -2,6 +2,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <charconv>
 
 #include "http/session_impl.hpp"
 #include "limit/headers.hpp"
@@ -63,12 +64,18 @@ asio::awaitable<std::optional<session::outcome>> session::apply_limits(const con
       std::vector<limit::decision> ds;
       for (std::size_t i = 0; i < checks_.size(); ++i)
         if (!decisions_[i].allowed) cfgs.push_back(check_cfgs_[i]), ds.push_back(decisions_[i]);
-      std::string headers;
-      limit::append_rate_headers(headers, route.response.headers, cfgs, ds, true);
-      co_return co_await send_limited(route, headers);
+      limit::append_rate_headers(rate_headers_, route.response.headers, cfgs, ds, true);
+      co_return co_await send_limited(route, rate_headers_);
     }
-    nonce_ = ctx_.nonce_prefix;
-    nonce_ += std::to_string(lease_);
+    // Only sliding_log and concurrency name Redis entries after the request.
+    nonce_.clear();
+    for (const auto* l : check_cfgs_)
+      if (l->algo == config::algorithm::sliding_log || l->algo == config::algorithm::concurrency) {
+        char buf[24];
+        auto end = std::to_chars(buf, buf + sizeof buf, lease_).ptr;
+        nonce_.assign(ctx_.nonce_prefix).append(buf, end);
+        break;
+      }
     auto ec = co_await ctx_.batcher->evaluate(checks_, nonce_, decisions_);
     if (ec) {
       store_failed = true;
@@ -105,12 +112,11 @@ asio::awaitable<std::optional<session::outcome>> session::apply_limits(const con
     }
     denied = true;
   }
-  std::string headers;
-  limit::append_rate_headers(headers, route.response.headers, check_cfgs_, decisions_, denied);
-  if (denied) co_return co_await send_limited(route, headers);
+  // Into the session's buffer: its capacity is reused request after request.
+  limit::append_rate_headers(rate_headers_, route.response.headers, check_cfgs_, decisions_, denied);
+  if (denied) co_return co_await send_limited(route, rate_headers_);
   leases_held_ = std::any_of(check_cfgs_.begin(), check_cfgs_.end(),
                              [](auto* l) { return l->algo == config::algorithm::concurrency; });
-  rate_headers_ = std::move(headers);
   co_return std::nullopt;
 }
 

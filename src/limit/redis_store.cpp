@@ -97,17 +97,22 @@ std::pair<std::size_t, std::string> script_call::finish() && {
 }
 
 bool decode_reply(const redisReply* r, std::size_t offset, std::span<const check> checks, std::span<decision> out) {
-  if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < offset + out.size() * 4) return false;
+  // Per limit 4 little-endian 64-bit integers: allowed, remaining, reset_ms, retry_ms.
+  constexpr std::size_t width = 32;
+  if (!r || r->type != REDIS_REPLY_STRING || r->len < (offset + out.size()) * width) return false;
+  auto field = [&](std::size_t i, std::size_t j) {
+    const auto* p = reinterpret_cast<const unsigned char*>(r->str) + (offset + i) * width + j * 8;
+    std::uint64_t v = 0;
+    for (int b = 7; b >= 0; --b) v = (v << 8) | p[b];
+    return static_cast<std::int64_t>(v);
+  };
   for (std::size_t i = 0; i < out.size(); ++i) {
-    redisReply* const* e = r->element + offset + i * 4;
-    for (int j = 0; j < 4; ++j)
-      if (e[j]->type != REDIS_REPLY_INTEGER) return false;
     const auto& l = *checks[i].cfg;
-    out[i].allowed = e[0]->integer == 1;
+    out[i].allowed = field(i, 0) == 1;
     out[i].limit = config::rate_based(l) ? l.burst : l.limit;
-    out[i].remaining = static_cast<std::uint64_t>(std::max<long long>(0, e[1]->integer));
-    out[i].reset_ms = e[2]->integer;
-    out[i].retry_ms = e[3]->integer;
+    out[i].remaining = static_cast<std::uint64_t>(std::max<std::int64_t>(0, field(i, 1)));
+    out[i].reset_ms = field(i, 2);
+    out[i].retry_ms = field(i, 3);
   }
   return true;
 }
@@ -157,7 +162,7 @@ void redis_batcher::flush() {
     for (auto& w : b->waiters) {
       w.ec = ec;
       if (!ec && !decode_reply(r, offset, w.checks, w.out)) w.ec = redis::make_error_code(redis::errc::protocol);
-      offset += w.out.size() * 4;
+      offset += w.out.size();
     }
     // The requests go on from the event loop, not from inside hiredis' callback.
     boost::asio::post(ex, [b] {

@@ -40,8 +40,9 @@ class script_call {
   std::size_t requests_ = 0, keys_count_ = 0, shape_args_ = 0, per_request_args_ = 0;
 };
 
-// Reads the decisions of `checks` (4 integers each) from the script's reply, starting
-// at element `offset`; false when the reply is not what the script returns.
+// Reads the decisions of `checks` from the script's reply (a string of 4 little-endian
+// 64-bit integers per limit), starting after `offset` limits; false when the reply is
+// not what the script returns.
 bool decode_reply(const redisReply* r, std::size_t offset, std::span<const check> checks, std::span<decision> out);
 
 // Batches the limit checks of concurrent requests on one worker into one script call

@@ -9,6 +9,7 @@
 #include <hiredis/hiredis.h>
 #include <spdlog/spdlog.h>
 
+#include <charconv>
 #include <random>
 
 namespace fg::redis {
@@ -250,9 +251,11 @@ void connection::wait_write() {
 }
 
 void append_bulk(std::string& out, std::string_view s) {
-  char head[24];
-  auto n = std::snprintf(head, sizeof head, "$%zu\r\n", s.size());
-  out.append(head, static_cast<std::size_t>(n));
+  char head[24] = "$";
+  auto end = std::to_chars(head + 1, head + sizeof head - 2, s.size()).ptr;
+  *end++ = '\r';
+  *end++ = '\n';
+  out.append(head, static_cast<std::size_t>(end - head));
   out.append(s);
   out.append("\r\n", 2);
 }

@@ -950,40 +950,41 @@ TEST_CASE("script_call: specs and shapes once per call, per request its shape an
   CHECK(argc == 41);
 }
 
-TEST_CASE("decode_reply: 4 integers per check, the limit from the config, anything else refused", "[limit]") {
+TEST_CASE("decode_reply: 4 little-endian int64 per check, the limit from the config, anything else refused",
+          "[limit]") {
   auto fw = windowed(cfg::algorithm::fixed_window, 100, 60000);
   auto tb = rated(cfg::algorithm::token_bucket, 1, 1000, 7);
   std::vector<fg::limit::check> checks{{&fw, "a", 1}, {&tb, "b", 1}};
-  std::vector<long long> values{1, 99, 60000, 0, 0, 0, 800, 1200};
-  std::vector<redisReply> elems(values.size());
-  std::vector<redisReply*> ptrs;
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    elems[i] = {};
-    elems[i].type = REDIS_REPLY_INTEGER;
-    elems[i].integer = values[i];
-    ptrs.push_back(&elems[i]);
+  std::string bytes;
+  for (std::int64_t v : std::initializer_list<std::int64_t>{1, 99, 60000, 0, 0, 0, 800, 5000000000}) {
+    for (int b = 0; b < 8; ++b) bytes += static_cast<char>((static_cast<std::uint64_t>(v) >> (8 * b)) & 0xff);
   }
-  redisReply arr{};
-  arr.type = REDIS_REPLY_ARRAY;
-  arr.elements = ptrs.size();
-  arr.element = ptrs.data();
+  redisReply str{};
+  str.type = REDIS_REPLY_STRING;
+  str.str = bytes.data();
+  str.len = bytes.size();
   std::vector<decision> out(2);
-  REQUIRE(fg::limit::decode_reply(&arr, 0, checks, out));
+  REQUIRE(fg::limit::decode_reply(&str, 0, checks, out));
   CHECK(out[0].allowed);
   CHECK(out[0].limit == 100);
   CHECK(out[0].remaining == 99);
   CHECK(out[0].reset_ms == 60000);
+  CHECK(out[0].retry_ms == 0);
   CHECK_FALSE(out[1].allowed);
   CHECK(out[1].limit == 7);  // rate-based: the burst
-  CHECK(out[1].retry_ms == 1200);
-  // the second request of a batch starts at element 4
+  CHECK(out[1].reset_ms == 800);
+  CHECK(out[1].retry_ms == 5000000000);  // wider than 32 bits
+  // the second request of a batch starts after the first one's limits
   std::vector<decision> one(1);
-  REQUIRE(fg::limit::decode_reply(&arr, 4, std::span(checks).subspan(1), one));
-  CHECK(one[0].retry_ms == 1200);
-  // too short, or not integers: refused
-  CHECK_FALSE(fg::limit::decode_reply(&arr, 4, checks, out));
-  elems[2].type = REDIS_REPLY_STRING;
-  CHECK_FALSE(fg::limit::decode_reply(&arr, 0, checks, out));
+  REQUIRE(fg::limit::decode_reply(&str, 1, std::span(checks).subspan(1), one));
+  CHECK(one[0].retry_ms == 5000000000);
+  // too short, another type, an error, nothing: refused
+  CHECK_FALSE(fg::limit::decode_reply(&str, 1, checks, out));
+  str.len -= 1;
+  CHECK_FALSE(fg::limit::decode_reply(&str, 0, checks, out));
+  str.len += 1;
+  str.type = REDIS_REPLY_ARRAY;
+  CHECK_FALSE(fg::limit::decode_reply(&str, 0, checks, out));
   redisReply err{};
   err.type = REDIS_REPLY_ERROR;
   CHECK_FALSE(fg::limit::decode_reply(&err, 0, checks, out));
