@@ -14,9 +14,20 @@ namespace fg::obs { class access_log; }
 
 namespace fg::app {
 
+// Deadlines are checked by each worker's sweeper every `sweep_interval`. `coarse_now`
+// is the worker thread's steady_clock::now() as of the sweeper's last tick, so setting
+// a deadline reads no clock; deadline_after() adds one interval, so that a deadline
+// never fires early (it fires up to two intervals late).
+inline constexpr std::chrono::milliseconds sweep_interval{50};
+inline thread_local std::chrono::steady_clock::time_point coarse_now = std::chrono::steady_clock::now();
+inline std::chrono::steady_clock::time_point deadline_after(std::chrono::steady_clock::duration d) {
+  return coarse_now + sweep_interval + d;
+}
+
 // A live downstream connection, as its worker sees it: for drain, and for deadlines.
 // Instead of a timer per operation, a session writes the deadline of its current wait
 // here and the worker's sweeper cancels both of its sockets once it has passed.
+
 struct session_entry {
   using clock = std::chrono::steady_clock;
   boost::asio::ip::tcp::socket* socket = nullptr;
@@ -27,7 +38,7 @@ struct session_entry {
 
   void arm(std::chrono::milliseconds timeout) {
     expired = false;
-    deadline = clock::now() + timeout;
+    deadline = deadline_after(timeout);
   }
   void arm_at(clock::time_point when) {
     expired = false;

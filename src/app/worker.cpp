@@ -120,13 +120,14 @@ asio::awaitable<void> worker::accept_loop() {
 
 asio::awaitable<void> worker::sweep_deadlines() {
   // Deadlines are checked every tick (so they are precise to about 50ms) instead of
-  // arming a timer per read and write.
+  // arming a timer per read and write; the tick also advances the coarse clock.
   asio::steady_timer tick(*ioc_);
   for (;;) {
-    tick.expires_after(std::chrono::milliseconds(50));
+    tick.expires_after(sweep_interval);
     auto [ec] = co_await tick.async_wait(asio::as_tuple(asio::use_awaitable));
     if (ec) co_return;
     auto now = session_entry::clock::now();
+    coarse_now = now;
     for (auto& s : ctx_.sessions) {
       if (s.deadline > now) continue;
       s.deadline = session_entry::clock::time_point::max();

@@ -6,6 +6,8 @@
 #include <array>
 #include <charconv>
 #include <random>
+#include <cstring>
+#include <cstdint>
 
 namespace fg::http {
 
@@ -63,12 +65,14 @@ void append_field(std::string& out, std::string_view name, std::string_view valu
 class connection_tokens {
  public:
   explicit connection_tokens(const bhttp::fields& h) {
-    for (auto it = h.find(bhttp::field::connection); it != h.end() && it->name() == bhttp::field::connection; ++it)
-      for_each_token(it->value(), [&](std::string_view t) {
+    for (const auto& f : h) {
+      if (f.name() != bhttp::field::connection) continue;
+      for_each_token(f.value(), [&](std::string_view t) {
         if (iequals(t, "close") || iequals(t, "keep-alive") || iequals(t, "upgrade")) return;
         if (n_ < names_.size()) names_[n_++] = t;
         else overflow_ = true;
       });
+    }
     fields_ = &h;
   }
   bool empty() const { return n_ == 0 && !overflow_; }
@@ -213,12 +217,22 @@ void build_downstream_response(const bhttp::response_header<>& h, const response
 }
 
 void make_request_id(std::string& id) {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  static constexpr char hex[] = "0123456789abcdef";
+  // splitmix64: ids need to be unique, not secret.
+  thread_local std::uint64_t state = (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  static constexpr auto table = [] {
+    std::array<char, 512> t{};
+    constexpr char hex[] = "0123456789abcdef";
+    for (int i = 0; i < 256; ++i) t[static_cast<std::size_t>(2 * i)] = hex[i >> 4], t[static_cast<std::size_t>(2 * i + 1)] = hex[i & 0xf];
+    return t;
+  }();
   id.resize(32);
+  char* out = id.data();
   for (int half = 0; half < 2; ++half) {
-    auto v = rng();
-    for (int i = 0; i < 16; ++i) id[static_cast<std::size_t>(half * 16 + i)] = hex[(v >> (i * 4)) & 0xf];
+    std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    for (int i = 0; i < 8; ++i, z >>= 8) std::memcpy(out + half * 16 + i * 2, &table[(z & 0xff) * 2], 2);
   }
 }
 

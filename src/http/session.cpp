@@ -2,6 +2,7 @@
 #include "http/session_impl.hpp"
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/deferred.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -27,7 +28,7 @@
 // The aliases (asio, beast, bhttp, tcp, error_code, clock) come from session_impl.hpp.
 namespace fg::http::detail {
 
-constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+constexpr auto use_tuple = asio::as_tuple(asio::deferred);
 
 namespace {
 
@@ -63,26 +64,35 @@ error_code timed(const app::session_entry& e, error_code ec) {
 // parser needs more. Body mode (`want_head` false, buffer_body): returns when some
 // body bytes were produced, the body buffer is full, or the message is complete.
 // Head mode: returns when the head is parsed.
+// Feeds buffered bytes to the parser without suspending. A result when done, nullopt
+// when the parser needs bytes from the socket.
+template <class Parser>
+std::optional<error_code> feed(beast::flat_buffer& b, Parser& p, std::size_t start, std::size_t& produced, bool want_head) {
+  while (b.size() > 0) {
+    error_code ec;
+    auto used = p.put(b.data(), ec);
+    b.consume(used);
+    if (want_head) {
+      if (p.is_header_done()) return error_code{};
+    } else {
+      produced = start - p.get().body().size;
+      if (ec == bhttp::error::need_buffer || p.is_done() || produced > 0) return error_code{};
+    }
+    if (ec && ec != bhttp::error::need_more) return ec;
+    if (used > 0 && !ec) continue;
+    if (b.size() >= b.max_size()) return error_code(bhttp::error::header_limit);
+    break;
+  }
+  return std::nullopt;
+}
+
 template <class Parser>
 asio::awaitable<error_code> read_into(app::session_entry& e, tcp::socket& s, beast::flat_buffer& b, Parser& p,
                                       std::chrono::milliseconds timeout, std::size_t& produced, bool want_head) {
   std::size_t start = want_head ? 0 : p.get().body().size;
   produced = 0;
   for (;;) {
-    if (b.size() > 0) {
-      error_code ec;
-      auto used = p.put(b.data(), ec);
-      b.consume(used);
-      if (want_head) {
-        if (p.is_header_done()) co_return error_code{};
-      } else {
-        produced = start - p.get().body().size;
-        if (ec == bhttp::error::need_buffer || p.is_done() || produced > 0) co_return error_code{};
-      }
-      if (ec && ec != bhttp::error::need_more) co_return ec;
-      if (used > 0 && !ec) continue;
-      if (b.size() >= b.max_size()) co_return error_code(bhttp::error::header_limit);
-    }
+    if (auto r = feed(b, p, start, produced, want_head)) co_return *r;
     e.arm(timeout);
     auto space = std::min<std::size_t>(b.max_size() - b.size(), 65536);
     auto [ec, n] = co_await s.async_read_some(b.prepare(space), use_tuple);
@@ -105,7 +115,7 @@ asio::awaitable<session::outcome> session::read_head(bool first) {
   const auto& http = rt_->cfg->http;
   const auto max = http.max_header_bytes;
   scanner_.reset();
-  auto deadline = first ? clock::now() + http.header_timeout : clock::time_point::max();
+  auto deadline = first ? app::deadline_after(http.header_timeout) : clock::time_point::max();
   for (;;) {
     // Tolerate empty lines between pipelined requests (RFC 9112 §2.2).
     while (buffer_.size() >= 2 && static_cast<const char*>(buffer_.data().data())[0] == '\r' &&
@@ -113,7 +123,7 @@ asio::awaitable<session::outcome> session::read_head(bool first) {
       buffer_.consume(2);
     if (buffer_.size() > 0) {
       entry_->idle = false;
-      if (deadline == clock::time_point::max()) deadline = clock::now() + http.header_timeout;
+      if (deadline == clock::time_point::max()) deadline = app::deadline_after(http.header_timeout);
       std::string_view data(static_cast<const char*>(buffer_.data().data()), std::min(buffer_.size(), max + 1));
       auto st = scanner_.scan(data);
       if (st == head_scanner::state::complete) {
@@ -129,7 +139,7 @@ asio::awaitable<session::outcome> session::read_head(bool first) {
       entry_->idle = true;
       if (ctx_.draining) co_return outcome::close;
     }
-    entry_->arm_at(deadline == clock::time_point::max() ? clock::now() + http.idle_timeout : deadline);
+    entry_->arm_at(deadline == clock::time_point::max() ? app::deadline_after(http.idle_timeout) : deadline);
     auto space = std::min<std::size_t>(buffer_.max_size() - buffer_.size(), 16384);
     auto [ec, n] = co_await socket_.async_read_some(buffer_.prepare(space), use_tuple);
     if (ec && entry_->expired) {
@@ -167,7 +177,7 @@ asio::awaitable<void> session::run() {
       break;
     }
     ++requests_;
-    started_ = clock::now();
+    if (ctx_.access && ctx_.access->enabled()) started_ = clock::now();
     bytes_in_ = bytes_out_ = 0;
     upstream_ms_ = -1;
     route_ = -1;
@@ -199,17 +209,15 @@ asio::awaitable<void> session::lingering_close() {
   }
 }
 
-asio::awaitable<error_code> session::write_down(std::span<const asio::const_buffer> bufs) {
+auto session::write_down(std::span<const asio::const_buffer> bufs) {
   entry_->arm(rt_->cfg->http.idle_timeout);
-  auto [ec, n] = co_await asio::async_write(socket_, bufs, use_tuple);
-  co_return timed(*entry_, ec);
+  return asio::async_write(socket_, bufs, use_tuple);
 }
 
-asio::awaitable<error_code> session::write_up(upstream::connection& up, std::span<const asio::const_buffer> bufs,
-                                              std::chrono::milliseconds timeout) {
+auto session::write_up(upstream::connection& up, std::span<const asio::const_buffer> bufs,
+                       std::chrono::milliseconds timeout) {
   entry_->arm(timeout);
-  auto [ec, n] = co_await asio::async_write(up.socket, bufs, use_tuple);
-  co_return timed(*entry_, ec);
+  return asio::async_write(up.socket, bufs, use_tuple);
 }
 
 asio::awaitable<session::outcome> session::send_local(unsigned status, bool keep_alive, std::string_view body,
@@ -234,8 +242,8 @@ asio::awaitable<session::outcome> session::send_local(unsigned status, bool keep
       log->write({peer_str_, "-", "-", status, 0, 0, -1, 0, request_id_, ""});
   }
   std::array<asio::const_buffer, 1> bufs{asio::buffer(text)};
-  auto ec = co_await write_down(bufs);
-  if (ec) co_return outcome::closed;
+  auto [ec, n] = co_await write_down(bufs);
+  if (timed(*entry_, ec)) co_return outcome::closed;
   co_return keep_alive ? outcome::keep_going : outcome::close;
 }
 
@@ -339,7 +347,8 @@ asio::awaitable<session::outcome> session::handle() {
     if (has_body && req.version() >= 11) {
       static constexpr std::string_view cont = "HTTP/1.1 100 Continue\r\n\r\n";
       std::array<asio::const_buffer, 1> bufs{asio::buffer(cont)};
-      if (co_await write_down(bufs)) co_return outcome::closed;
+      auto [ec, n] = co_await write_down(bufs);
+      if (timed(*entry_, ec)) co_return outcome::closed;
     }
   }
   auto o = co_await forward();
@@ -382,7 +391,8 @@ asio::awaitable<session::outcome> session::forward() {
   }
   auto body_too_large = [&] { return cfg.http.max_body_bytes && bytes_in_ > cfg.http.max_body_bytes; };
 
-  auto t0 = clock::now();
+  const bool timing = ctx_.access && ctx_.access->enabled();
+  auto t0 = timing ? clock::now() : clock::time_point{};
   upstream::connection_ptr up;
   // Declared after `up`, so destroyed before it: the sweeper never sees a freed socket.
   struct forget_upstream {
@@ -392,8 +402,8 @@ asio::awaitable<session::outcome> session::forward() {
   for (int attempt = 0;; ++attempt) {
     error_code ec;
     // (GCC 12: no co_await inside a conditional expression.)
-    if (attempt == 0) up = co_await ctx_.pool->acquire(route.upstream_index, *entry_, ec);
-    else up = co_await ctx_.pool->connect(route.upstream_index, *entry_, ec);
+    if (attempt == 0) up = ctx_.pool->take_idle(route.upstream_index, *entry_);
+    if (!up) up = co_await ctx_.pool->connect(route.upstream_index, *entry_, ec);
     if (!up) {
       spdlog::warn("upstream {} ({}): connect failed: {}", up_cfg.name, up_cfg.address.str(), ec.message());
       co_return co_await send_local(502, false);
@@ -408,7 +418,8 @@ asio::awaitable<session::outcome> session::forward() {
       bufs[nb++] = asio::buffer(buf, piece);
       if (chunked) bufs[nb++] = asio::buffer(crlf);
     }
-    auto wec = co_await write_up(*up, std::span(bufs.data(), nb), up_cfg.response_timeout);
+    auto [wec0, wn] = co_await write_up(*up, std::span(bufs.data(), nb), up_cfg.response_timeout);
+    auto wec = timed(*entry_, wec0);
     if (!wec) break;
     if (up->reused && retry_safe && attempt == 0) continue;
     spdlog::warn("upstream {}: write failed: {}", up_cfg.name, wec.message());
@@ -435,8 +446,8 @@ asio::awaitable<session::outcome> session::forward() {
     if (chunked) bufs[nb++] = asio::buffer(frame.head, frame.head_len);
     bufs[nb++] = asio::buffer(buf, piece);
     if (chunked) bufs[nb++] = asio::buffer(crlf);
-    auto wec = co_await write_up(*up, std::span(bufs.data(), nb), up_cfg.response_timeout);
-    if (wec) {
+    auto [wec, wn] = co_await write_up(*up, std::span(bufs.data(), nb), up_cfg.response_timeout);
+    if (timed(*entry_, wec)) {
       spdlog::warn("upstream {}: write failed: {}", up_cfg.name, wec.message());
       co_return co_await send_local(502, false);
     }
@@ -444,8 +455,8 @@ asio::awaitable<session::outcome> session::forward() {
   if (body_too_large()) co_return co_await send_local(413, false);
   if (chunked) {
     std::array<asio::const_buffer, 1> bufs{asio::buffer(last_chunk)};
-    auto wec = co_await write_up(*up, bufs, up_cfg.response_timeout);
-    if (wec) co_return co_await send_local(502, false);
+    auto [wec, wn] = co_await write_up(*up, bufs, up_cfg.response_timeout);
+    if (timed(*entry_, wec)) co_return co_await send_local(502, false);
   }
 
   // Response head; 1xx other than 101 are consumed here.
@@ -476,8 +487,8 @@ asio::awaitable<session::outcome> session::forward() {
       up = co_await ctx_.pool->connect(route.upstream_index, *entry_, cec);
       if (!up) co_return co_await send_local(502, false);
       std::array<asio::const_buffer, 1> bufs{asio::buffer(head_out_)};
-      auto wec = co_await write_up(*up, bufs, up_cfg.response_timeout);
-      if (wec) co_return co_await send_local(502, false);
+      auto [wec, wn] = co_await write_up(*up, bufs, up_cfg.response_timeout);
+      if (timed(*entry_, wec)) co_return co_await send_local(502, false);
       continue;
     }
     spdlog::warn("upstream {}: bad or missing response: {}", up_cfg.name, ec.message());
@@ -518,7 +529,7 @@ asio::awaitable<session::outcome> session::forward() {
   rc.extra = rate_headers_;
   head_out_.clear();
   build_downstream_response(res.base(), rc, head_out_);
-  upstream_ms_ = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+  if (timing) upstream_ms_ = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
 
   const bool down_chunked = rc.framing == response_framing::chunked;
   buf = body_buf();
@@ -527,7 +538,10 @@ asio::awaitable<session::outcome> session::forward() {
   while (!complete) {
     res.body().data = buf;
     res.body().size = body_chunk;
-    auto ec = co_await read_into(*entry_, up->socket, up->buffer, *rp, up_cfg.response_timeout, piece, false);
+    error_code ec;
+    piece = 0;
+    if (auto r = feed(up->buffer, *rp, body_chunk, piece, false)) ec = *r;
+    else ec = co_await read_into(*entry_, up->socket, up->buffer, *rp, up_cfg.response_timeout, piece, false);
     if (ec) {
       // Mid-response failure: close without completing the framing, so the client
       // can tell the response is truncated.
@@ -548,13 +562,15 @@ asio::awaitable<session::outcome> session::forward() {
     }
     if (complete && down_chunked) bufs[nb++] = asio::buffer(last_chunk);
     if (nb == 0) continue;
-    if (co_await write_down(std::span(bufs.data(), nb))) co_return outcome::closed;
+    auto [dec, dn] = co_await write_down(std::span(bufs.data(), nb));
+    if (timed(*entry_, dec)) co_return outcome::closed;
     wrote_head = true;
     bytes_out_ += piece;
   }
   if (!wrote_head) {
     std::array<asio::const_buffer, 1> bufs{asio::buffer(head_out_)};
-    if (co_await write_down(bufs)) co_return outcome::closed;
+    auto [dec, dn] = co_await write_down(bufs);
+    if (timed(*entry_, dec)) co_return outcome::closed;
   }
   log_request(status);
 

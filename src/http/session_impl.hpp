@@ -65,9 +65,11 @@ class session {
   asio::awaitable<outcome> send_local(unsigned status, bool keep_alive, std::string_view body = {},
                                       std::string_view extra = {}, std::string_view content_type = {});
   asio::awaitable<void> lingering_close();
-  asio::awaitable<error_code> write_down(std::span<const asio::const_buffer> bufs);
-  asio::awaitable<error_code> write_up(upstream::connection& up, std::span<const asio::const_buffer> bufs,
-                                       std::chrono::milliseconds timeout);
+  // Arm the deadline and return the write, a deferred operation (no coroutine frame):
+  // `co_await` it for (error_code, bytes) and pass the error through timed().
+  // Defined in session.cpp, their only user.
+  auto write_down(std::span<const asio::const_buffer> bufs);
+  auto write_up(upstream::connection& up, std::span<const asio::const_buffer> bufs, std::chrono::milliseconds timeout);
   void log_request(unsigned status);
   char* body_buf() {
     if (!body_buf_) body_buf_ = std::make_unique<char[]>(body_chunk);

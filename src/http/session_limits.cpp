@@ -76,7 +76,7 @@ asio::awaitable<std::optional<session::outcome>> session::apply_limits(const con
         nonce_.assign(ctx_.nonce_prefix).append(buf, end);
         break;
       }
-    auto ec = co_await ctx_.batcher->evaluate(checks_, nonce_, decisions_);
+    auto [ec] = co_await ctx_.batcher->evaluate(checks_, nonce_, decisions_);
     if (ec) {
       store_failed = true;
       log_store_error(route, ec.message());

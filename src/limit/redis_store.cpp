@@ -171,9 +171,8 @@ void redis_batcher::flush() {
   });
 }
 
-boost::asio::awaitable<boost::system::error_code> redis_batcher::evaluate(std::span<const check> checks,
-                                                                        std::string_view nonce,
-                                                                        std::span<decision> out) {
+boost::asio::awaitable<std::tuple<boost::system::error_code>> redis_batcher::evaluate(
+    std::span<const check> checks, std::string_view nonce, std::span<decision> out) {
   auto init = [this, checks, nonce, out](auto handler) {
     if (!current_) current_ = std::make_unique<batch>();
     current_->call.add(checks, nonce);
@@ -189,9 +188,9 @@ boost::asio::awaitable<boost::system::error_code> redis_batcher::evaluate(std::s
       });
     }
   };
+  // Not a coroutine itself: the caller awaits the operation, with no frame in between.
   constexpr auto token = boost::asio::as_tuple(boost::asio::use_awaitable);
-  auto [ec] = co_await boost::asio::async_initiate<decltype(token), void(boost::system::error_code)>(init, token);
-  co_return ec;
+  return boost::asio::async_initiate<decltype(token), void(boost::system::error_code)>(std::move(init), token);
 }
 
 }  // namespace fg::limit

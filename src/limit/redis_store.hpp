@@ -12,6 +12,7 @@
 
 #include <functional>
 #include <memory>
+#include <tuple>
 
 struct redisReply;
 namespace fg::redis { class connection; }
@@ -54,8 +55,9 @@ class redis_batcher {
   ~redis_batcher();
   // Evaluates `checks` (which, like `nonce` and `out`, must live until completion);
   // `out` (one decision per check) is filled before completion.
-  boost::asio::awaitable<boost::system::error_code> evaluate(std::span<const check> checks, std::string_view nonce,
-                                                             std::span<decision> out);
+  boost::asio::awaitable<std::tuple<boost::system::error_code>> evaluate(std::span<const check> checks,
+                                                                         std::string_view nonce,
+                                                                         std::span<decision> out);
 
  private:
   struct batch;

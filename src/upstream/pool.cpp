@@ -47,21 +47,19 @@ bool still_usable(connection& c, std::chrono::steady_clock::time_point now) {
 
 }  // namespace
 
-asio::awaitable<connection_ptr> pool::acquire(std::size_t upstream, app::session_entry& session,
-                                              boost::system::error_code& ec) {
+connection_ptr pool::take_idle(std::size_t upstream, app::session_entry& session) {
   auto& s = slots_.at(upstream);
-  auto now = std::chrono::steady_clock::now();
+  auto now = app::coarse_now;
   while (!s.idle.empty()) {
     auto c = std::move(s.idle.back());
     s.idle.pop_back();
     if (still_usable(*c, now)) {
       c->reused = true;
       session.upstream = &c->socket;
-      ec = {};
-      co_return c;
+      return c;
     }
   }
-  co_return co_await connect(upstream, session, ec);
+  return nullptr;
 }
 
 asio::awaitable<connection_ptr> pool::connect(std::size_t upstream, app::session_entry& session,
@@ -106,7 +104,7 @@ void pool::release(std::size_t upstream, connection_ptr c) {
   auto& s = slots_[upstream];
   // Bytes after a complete response mean the upstream is out of step: never reuse.
   if (s.idle.size() >= s.cfg.max_idle || c->buffer.size() != 0) return;
-  c->idle_since = std::chrono::steady_clock::now();
+  c->idle_since = app::coarse_now;
   s.idle.push_back(std::move(c));
 }
 

@@ -33,9 +33,8 @@ class pool {
   // upstreams are dropped.
   void configure(const std::vector<config::upstream_config>& upstreams);
 
-  // An idle connection if one is alive, else a new one. On failure returns null and sets ec.
-  boost::asio::awaitable<connection_ptr> acquire(std::size_t upstream, app::session_entry& session,
-                                                 boost::system::error_code& ec);
+  // An idle connection if one is alive, else null (then connect()).
+  connection_ptr take_idle(std::size_t upstream, app::session_entry& session);
   // A fresh connection, never from the idle list (connect_timeout applies).
   boost::asio::awaitable<connection_ptr> connect(std::size_t upstream, app::session_entry& session,
                                                  boost::system::error_code& ec);

@@ -8,7 +8,11 @@ namespace fg::util {
 // ASCII case-insensitive equality (HTTP field names, tokens).
 inline bool iequals(std::string_view a, std::string_view b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+           auto lower = [](char c) {
+             auto u = static_cast<unsigned>(static_cast<unsigned char>(c));
+             return u - 'A' < 26u ? u | 0x20u : u;
+           };
+           return lower(x) == lower(y);
          });
 }
 
