@@ -58,42 +58,69 @@ std::size_t script_call::shape_index(std::span<const std::size_t> specs) {
   for (std::size_t i = 0; i < shape_ids_.size(); ++i)
     if (std::ranges::equal(shape_ids_[i], specs)) return i + 1;
   shape_ids_.emplace_back(specs.begin(), specs.end());
+  bool named = false;  // a limit names its entries after the request's nonce
+  for (auto i : specs) {
+    auto algo = spec_ids_[i - 1].first->algo;
+    named |= algo == config::algorithm::sliding_log || algo == config::algorithm::concurrency;
+  }
+  shape_named_.push_back(named);
   append_number(shapes_, specs.size());
-  for (auto s : specs) append_number(shapes_, s);
+  for (auto i : specs) append_number(shapes_, i);
   shape_args_ += 1 + specs.size();
   return shape_ids_.size();
 }
 
-void script_call::add(std::span<const check> checks, std::string_view nonce) {
+script_call::slot script_call::add(std::span<const check> checks, std::string_view nonce) {
   ++requests_;
   scratch_.clear();
-  bool named = false;  // a limit names its entries after the request's nonce
+  std::size_t hash = 0;
   for (const auto& c : checks) {
-    redis::append_bulk(keys_, c.key);
-    ++keys_count_;
     scratch_.push_back(spec_index(c));
-    named |= c.cfg->algo == config::algorithm::sliding_log || c.cfg->algo == config::algorithm::concurrency;
+    hash = hash * 31 + std::hash<std::string_view>{}(c.key);
   }
-  append_number(per_request_, shape_index(scratch_));
-  ++per_request_args_;
-  if (named) {
-    redis::append_bulk(per_request_, nonce);
-    ++per_request_args_;
+  auto shape = shape_index(scratch_);
+  if (shape_named_[shape - 1]) {
+    entries_.push_back({shape, checks, nonce, hash});
+    return {entries_.size() - 1, 0};
   }
+  for (std::size_t e = 0; e < entries_.size(); ++e) {
+    auto& en = entries_[e];
+    if (en.hash != hash || en.shape != shape) continue;
+    if (!std::ranges::equal(en.checks, checks, [](const check& x, const check& y) { return x.key == y.key; }))
+      continue;
+    return {e, en.count++};
+  }
+  entries_.push_back({shape, checks, {}, hash});
+  return {entries_.size() - 1, 0};
 }
 
-std::pair<std::size_t, std::string> script_call::finish() && {
+std::pair<std::size_t, std::string> script_call::finish() {
+  std::string keys, per_entry;
+  std::size_t keys_count = 0, per_entry_args = 0, offset = 0;
+  for (auto& en : entries_) {
+    for (const auto& c : en.checks) redis::append_bulk(keys, c.key);
+    keys_count += en.checks.size();
+    append_number(per_entry, en.shape);
+    append_number(per_entry, en.count);
+    per_entry_args += 2;
+    if (shape_named_[en.shape - 1]) {
+      redis::append_bulk(per_entry, en.nonce);
+      ++per_entry_args;
+    }
+    en.offset = offset;
+    offset += en.count * en.checks.size();
+  }
   std::string out;
-  out.reserve(keys_.size() + specs_.size() + shapes_.size() + per_request_.size() + 64);
-  append_number(out, keys_count_);
-  out += keys_;
-  append_number(out, requests_);
+  out.reserve(keys.size() + specs_.size() + shapes_.size() + per_entry.size() + 64);
+  append_number(out, keys_count);
+  out += keys;
+  append_number(out, entries_.size());
   append_number(out, spec_ids_.size());
   append_number(out, shape_ids_.size());
   out += specs_;
   out += shapes_;
-  out += per_request_;
-  return {1 + keys_count_ + 3 + 6 * spec_ids_.size() + shape_args_ + per_request_args_, std::move(out)};
+  out += per_entry;
+  return {1 + keys_count + 3 + 6 * spec_ids_.size() + shape_args_ + per_entry_args, std::move(out)};
 }
 
 bool decode_reply(const redisReply* r, std::size_t offset, std::span<const check> checks, std::span<decision> out) {
@@ -140,6 +167,7 @@ struct redis_batcher::batch {
   struct waiter {
     std::span<const check> checks;
     std::span<decision> out;
+    script_call::slot slot;
     boost::asio::any_completion_handler<void(boost::system::error_code)> resume;
     boost::system::error_code ec{};
   };
@@ -156,13 +184,12 @@ redis_batcher::~redis_batcher() = default;
 void redis_batcher::flush() {
   if (!current_ || current_->waiters.empty()) return;
   auto b = std::shared_ptr<batch>(std::move(current_));
-  auto [argc, args] = std::move(b->call).finish();
+  auto [argc, args] = b->call.finish();
   conn_->eval(argc, std::move(args), [b, ex = ex_](boost::system::error_code ec, const redisReply* r) {
-    std::size_t offset = 0;
     for (auto& w : b->waiters) {
       w.ec = ec;
-      if (!ec && !decode_reply(r, offset, w.checks, w.out)) w.ec = redis::make_error_code(redis::errc::protocol);
-      offset += w.out.size();
+      if (!ec && !decode_reply(r, b->call.offset(w.slot), w.checks, w.out))
+        w.ec = redis::make_error_code(redis::errc::protocol);
     }
     // The requests go on from the event loop, not from inside hiredis' callback.
     boost::asio::post(ex, [b] {
@@ -175,8 +202,8 @@ boost::asio::awaitable<std::tuple<boost::system::error_code>> redis_batcher::eva
     std::span<const check> checks, std::string_view nonce, std::span<decision> out) {
   auto init = [this, checks, nonce, out](auto handler) {
     if (!current_) current_ = std::make_unique<batch>();
-    current_->call.add(checks, nonce);
-    current_->waiters.push_back({checks, out, std::move(handler)});
+    auto slot = current_->call.add(checks, nonce);
+    current_->waiters.push_back({checks, out, slot, std::move(handler)});
     if (current_->waiters.size() >= max_batch_) {
       flush();
     } else if (!flush_posted_) {

@@ -19,26 +19,43 @@ namespace fg::redis { class connection; }
 
 namespace fg::limit {
 
-// One call of the limiter script (lua/evaluate.lua) for many requests, built in RESP
-// form as requests arrive. What requests share goes once per call: each limit's
-// parameters (a spec) and each list of limits a request has (a shape). Per request
-// only its keys, its shape and, if a limit names entries after it, its nonce.
+// One call of the limiter script (lua/evaluate.lua) for many requests, in RESP form.
+// What requests share goes once per call: each limit's parameters (a spec), each list
+// of limits a request has (a shape), and the requests themselves when they are alike
+// (same shape, same keys, no nonce needed): one entry with a count, which the script
+// decides request after request exactly as if they had been sent one by one.
 class script_call {
  public:
-  void add(std::span<const check> checks, std::string_view nonce);
+  // Where a request's decisions are in the reply, once finish() has run.
+  struct slot {
+    std::size_t entry, ordinal;
+  };
+  slot add(std::span<const check> checks, std::string_view nonce);
   std::size_t requests() const { return requests_; }
   // The script's arguments (numkeys, KEYS, ARGV) as RESP bulk strings, and their count.
-  std::pair<std::size_t, std::string> finish() &&;
+  std::pair<std::size_t, std::string> finish();
+  // After finish(): the offset, in limits, of the decisions of the request at `s`.
+  std::size_t offset(slot s) const { return entries_[s.entry].offset + s.ordinal * entries_[s.entry].checks.size(); }
 
  private:
+  struct entry {
+    std::size_t shape;
+    std::span<const check> checks;  // the first request's: its keys are the entry's
+    std::string_view nonce;         // only for a shape that names entries (count 1)
+    std::size_t hash;               // of the keys, to find alike requests quickly
+    std::size_t count = 1;
+    std::size_t offset = 0;
+  };
   std::size_t spec_index(const check& c);
   std::size_t shape_index(std::span<const std::size_t> specs);
 
-  std::string keys_, specs_, shapes_, per_request_;
+  std::string specs_, shapes_;
   std::vector<std::pair<const config::limit_config*, std::uint64_t>> spec_ids_;  // (limit, cost)
   std::vector<std::vector<std::size_t>> shape_ids_;
+  std::vector<bool> shape_named_;
   std::vector<std::size_t> scratch_;
-  std::size_t requests_ = 0, keys_count_ = 0, shape_args_ = 0, per_request_args_ = 0;
+  std::vector<entry> entries_;
+  std::size_t requests_ = 0, shape_args_ = 0;
 };
 
 // Reads the decisions of `checks` from the script's reply (a string of 4 little-endian

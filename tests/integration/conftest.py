@@ -13,6 +13,10 @@ import pytest
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 BIN = os.environ.get("FLOODGATE_BIN", str(ROOT / "build" / "src" / "floodgate"))
+# The same gateway linked with the C library's malloc instead of jemalloc: for a test
+# that preloads libfaketime, which cannot start alongside jemalloc (both intercept
+# early clock reads). Falls back to BIN (a build without jemalloc).
+BIN_SYSTEM_MALLOC = os.environ.get("FLOODGATE_SYSTEM_MALLOC_BIN", BIN)
 SANITIZED = os.environ.get("FG_SANITIZED") == "1"
 
 
@@ -73,7 +77,7 @@ DEFAULT_HTTP = {"header_timeout": "2s", "idle_timeout": "5s"}
 class Gateway:
     def __init__(self, tmp_path, upstream_address, http=None, extra="", routes=None, workers=1,
                  upstream_opts=None, access_log="off", log_format="text", trusted="10.0.0.0/8", store="memory",
-                 redis=None, prefix=None, env=None, redis_extra=""):
+                 redis=None, prefix=None, env=None, redis_extra="", binary=BIN):
         self.port = free_port()
         h = dict(DEFAULT_HTTP)
         h.update(http or {})
@@ -112,7 +116,7 @@ routes:
 """)
         self.stderr = open(tmp_path / "floodgate.stderr", "w+")
         full_env = dict(os.environ, **(env or {}))
-        self.proc = subprocess.Popen([BIN, "--config", str(self.config)], stdout=self.stderr, stderr=self.stderr,
+        self.proc = subprocess.Popen([binary, "--config", str(self.config)], stdout=self.stderr, stderr=self.stderr,
                                      env=full_env)
         wait_for_port(self.port, proc=self.proc)
 

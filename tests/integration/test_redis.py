@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import SANITIZED, Reader, get, read_response
+from conftest import BIN_SYSTEM_MALLOC, SANITIZED, Reader, get, read_response
 
 FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 
@@ -110,8 +110,9 @@ def test_clock_skew_does_not_matter(gateway_factory, redis_server):
     # One gateway runs an hour ahead: time comes from Redis, so they share the limit exactly.
     lim = limit("sliding_log", key="global", limit=50, window="1m")
     normal = gateway_factory(routes=route(lim), store="redis", redis=redis_server.address)
-    # libfaketime preloaded into the gateway itself (the faketime wrapper would fork).
-    skewed = gateway_factory(routes=route(lim), store="redis", redis=redis_server.address,
+    # libfaketime preloaded into the gateway itself (the faketime wrapper would fork),
+    # the build with the C library's malloc (libfaketime cannot start alongside jemalloc).
+    skewed = gateway_factory(routes=route(lim), store="redis", redis=redis_server.address, binary=BIN_SYSTEM_MALLOC,
                              env={"LD_PRELOAD": FAKETIME_LIB, "FAKETIME": "+1h", "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
     statuses = hammer([normal, skewed], 160, threads=4)
     assert statuses.count(200) == 50

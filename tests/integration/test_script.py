@@ -38,34 +38,47 @@ def eval_script(port, keys, args):
         return body[:-2]
 
 
-def call(redis_server, requests, specs):
+def call(redis_server, requests, specs, group=True):
     """requests: [(nonce, [(key, spec_index), ...]), ...]; specs: [(code, a, b, c, cost, shadow), ...].
-    Sends them as the gateway does (specs and shapes once, then per request its shape
-    and, for sliding_log or concurrency, its nonce). Returns per request a list of
-    (allowed, remaining, reset_ms, retry_ms) per limit."""
-    shapes, keys, per_request = [], [], []
+    Sends them as the gateway does: specs and shapes once; alike requests (same shape,
+    same keys, no nonce needed) as one entry with a count, unless `group` is false;
+    per entry its shape, its count and, for sliding_log or concurrency, its nonce.
+    Returns per request a list of (allowed, remaining, reset_ms, retry_ms) per limit."""
+    shapes, entries, slots = [], [], []
     for nonce, limits in requests:
         shape = [spec for _, spec in limits]
         if shape not in shapes:
             shapes.append(shape)
-        keys += [key for key, _ in limits]
-        per_request.append(str(shapes.index(shape) + 1))
-        if any(specs[spec - 1][0] in ("sl", "cc") for spec in shape):
-            per_request.append(nonce)
-    args = [str(len(requests)), str(len(specs)), str(len(shapes))]
+        named = any(specs[spec - 1][0] in ("sl", "cc") for spec in shape)
+        keys = [key for key, _ in limits]
+        match = [e for e in entries if group and not named and e["shape"] == shape and e["keys"] == keys]
+        if match:
+            slots.append((entries.index(match[0]), match[0]["count"]))
+            match[0]["count"] += 1
+        else:
+            slots.append((len(entries), 0))
+            entries.append({"shape": shape, "keys": keys, "count": 1, "nonce": nonce if named else None})
+    args = [str(len(entries)), str(len(specs)), str(len(shapes))]
     for s in specs:
         args += [str(x) for x in s]
     for shape in shapes:
         args += [str(len(shape))] + [str(x) for x in shape]
-    args += per_request
+    keys = []
+    for e in entries:
+        keys += e["keys"]
+        args += [str(shapes.index(e["shape"]) + 1), str(e["count"])] + ([e["nonce"]] if e["nonce"] else [])
     out = eval_script(redis_server.port, keys, args)
     assert len(out) % 32 == 0, out
     values = list(struct.unpack(f"<{len(out) // 8}q", out))
-    result, at = [], 0
-    for _, limits in requests:
-        result.append([tuple(values[at + 4 * i:at + 4 * i + 4]) for i in range(len(limits))])
-        at += 4 * len(limits)
+    offsets, at = [], 0
+    for e in entries:
+        offsets.append(at)
+        at += 4 * e["count"] * len(e["keys"])
     assert at == len(values)
+    result = []
+    for (nonce, limits), (entry, ordinal) in zip(requests, slots):
+        base = offsets[entry] + 4 * ordinal * len(limits)
+        result.append([tuple(values[base + 4 * i:base + 4 * i + 4]) for i in range(len(limits))])
     return result
 
 
@@ -130,3 +143,21 @@ def test_requests_of_several_shapes_share_specs_and_keep_their_costs(redis_serve
     assert res[1][0][3] >= 1000  # one token a second: the missing one is ~1 s away
     # b was denied by its token bucket, so its fixed window recorded nothing
     assert redis_server.cli("hget", other, "n") == "1"
+
+
+@pytest.mark.parametrize("algo", list(SPECS))
+def test_alike_requests_sent_as_one_entry_are_decided_as_if_sent_one_by_one(redis_server, algo):
+    spec = [(*SPECS[algo], 0)]
+    mixed = lambda key: [(f"n{i}", [(key if i % 3 else key + "x", 1)]) for i in range(14)]
+    grouped = call(redis_server, mixed("fgtest:{r:l:g}"), spec, group=True)
+    single = call(redis_server, mixed("fgtest:{r:l:s}"), spec, group=False)
+    assert [[x[:2] for x in r] for r in grouped] == [[x[:2] for x in r] for r in single]
+    assert sum(r[0][0] for r in grouped) == 10  # 5 on each of the two keys
+
+
+def test_alike_multi_limit_requests_in_one_entry_consume_nothing_when_denied(redis_server):
+    wide, narrow = "fgtest:{r:wide:y}", "fgtest:{r:narrow:y}"
+    specs = [("fw", 10, 60000, 0, 1, 0), ("gcra", 1, 60000, 3, 1, 0)]
+    res = call(redis_server, [(f"n{i}", [(wide, 1), (narrow, 2)]) for i in range(6)], specs)
+    assert [(r[0][0], r[1][0]) for r in res] == [(1, 1)] * 3 + [(1, 0)] * 3
+    assert redis_server.cli("hget", wide, "n") == "3"

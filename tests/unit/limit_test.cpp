@@ -924,30 +924,40 @@ std::string bulks(std::initializer_list<std::string_view> args) {
 }
 }  // namespace
 
-TEST_CASE("script_call: specs and shapes once per call, per request its shape and only a needed nonce", "[limit]") {
+TEST_CASE("script_call: specs and shapes once per call, alike requests as one entry, a nonce only if needed",
+          "[limit]") {
   auto fw = windowed(cfg::algorithm::fixed_window, 100, 60000, "fw");
   auto sl = windowed(cfg::algorithm::sliding_log, 5, 1000, "sl");
   auto gc = rated(cfg::algorithm::gcra, 10, 1000, 20, "gc");
   gc.shadow = true;
-  fg::limit::check a{&fw, "k:a", 1}, b{&sl, "k:b", 1}, c{&gc, "k:c", 2};
-  std::vector<fg::limit::check> only_fw{a}, fw_sl{a, b}, fw_gc{a, c};
+  fg::limit::check a{&fw, "k:a", 1}, a2{&fw, "k:a2", 1}, b{&sl, "k:b", 1}, c{&gc, "k:c", 2};
+  std::vector<fg::limit::check> only_fw{a}, fw_sl{a, b}, fw_gc{a, c}, other_fw{a2};
 
   fg::limit::script_call call;
-  call.add(only_fw, "n1");
-  call.add(fw_sl, "n2");  // a sliding_log names entries after the nonce: it is sent
-  call.add(only_fw, "n3");
-  call.add(fw_gc, "n4");
-  REQUIRE(call.requests() == 4);
-  auto [argc, args] = std::move(call).finish();
-  auto expected = bulks({"6", "k:a", "k:a", "k:b", "k:a", "k:a", "k:c",        // numkeys, KEYS
-                         "4", "3", "3",                                          // requests, specs, shapes
-                         "fw", "100", "60000", "0", "1", "0",                    // spec 1
-                         "sl", "5", "1000", "0", "1", "0",                       // spec 2
-                         "gcra", "10", "1000", "20", "2", "1",                   // spec 3: rate, burst, cost, shadow
-                         "1", "1", "2", "1", "2", "2", "1", "3",                 // shapes {1}, {1,2}, {1,3}
-                         "1", "2", "n2", "1", "3"});                             // per request
+  auto s1 = call.add(only_fw, "n1");
+  auto s2 = call.add(fw_sl, "n2");  // a sliding_log names entries after the nonce: its own entry
+  auto s3 = call.add(only_fw, "n3");  // alike n1: the same entry, counted twice
+  auto s4 = call.add(fw_gc, "n4");
+  auto s5 = call.add(other_fw, "n5");  // same shape, another key: its own entry
+  auto s6 = call.add(fw_sl, "n6");     // alike n2 but named: its own entry
+  REQUIRE(call.requests() == 6);
+  auto [argc, args] = call.finish();
+  auto expected = bulks({"8", "k:a", "k:a", "k:b", "k:a", "k:c", "k:a2", "k:a", "k:b",  // numkeys, KEYS
+                         "5", "3", "3",                                 // entries, specs, shapes
+                         "fw", "100", "60000", "0", "1", "0",           // spec 1
+                         "sl", "5", "1000", "0", "1", "0",              // spec 2
+                         "gcra", "10", "1000", "20", "2", "1",          // spec 3: rate, burst, cost, shadow
+                         "1", "1", "2", "1", "2", "2", "1", "3",        // shapes {1}, {1,2}, {1,3}
+                         "1", "2", "2", "1", "n2", "3", "1", "1", "1", "2", "1", "n6"});  // entries
   CHECK(args == expected);
-  CHECK(argc == 41);
+  CHECK(argc == 1 + 8 + 3 + 18 + 8 + 12);
+  // decisions, in limits: n1 and n3 share entry 0 (1 limit each), then n2 (2), n4 (2), n5 (1), n6 (2)
+  CHECK(call.offset(s1) == 0);
+  CHECK(call.offset(s3) == 1);
+  CHECK(call.offset(s2) == 2);
+  CHECK(call.offset(s4) == 4);
+  CHECK(call.offset(s5) == 6);
+  CHECK(call.offset(s6) == 7);
 }
 
 TEST_CASE("decode_reply: 4 little-endian int64 per check, the limit from the config, anything else refused",
