@@ -22,6 +22,10 @@ SECONDS = int(sys.argv[1]) if len(sys.argv) > 1 else 10
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
 CONNECTIONS = [64, 256]
 CLIENT_CORE, SERVER_CORE = ("0", "1") if os.cpu_count() >= 2 else ("0", "0")
+# Where redis-server runs: with the servers (default; the gateway's core pays for Redis
+# too, the harshest case) or, with FG_BENCH_REDIS=client, beside wrk, as Redis on
+# another host would be in production.
+REDIS_CORE = CLIENT_CORE if os.environ.get("FG_BENCH_REDIS") == "client" else SERVER_CORE
 
 
 def free_port():
@@ -126,6 +130,20 @@ def redis_calls(port):
     return sum(int(line.split("calls=")[1].split(",")[0]) for line in out.splitlines() if line.startswith("cmdstat_eval"))
 
 
+def cpu_seconds(pids):
+    """user + system CPU time of these processes so far."""
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def children(pid):
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(x) for x in out.split()]
+
+
 def peak_rss_kib(pid):
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -141,19 +159,23 @@ def main():
     up_port, nginx_port, fg_port, redis_port = free_port(), free_port(), free_port(), free_port()
     procs = []
     try:
-        procs.append(subprocess.Popen(["taskset", "-c", SERVER_CORE, "redis-server", "--port", str(redis_port),
+        procs.append(subprocess.Popen(["taskset", "-c", REDIS_CORE, "redis-server", "--port", str(redis_port),
                                        "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         wait_port(redis_port)
         procs.append(nginx(work, "origin", f'listen 127.0.0.1:{up_port} backlog=4096; location / {{ return 200 "ok\\n"; }}'))
-        procs.append(nginx(work, "proxy",
+        proxy = nginx(work, "proxy",
                            f"listen 127.0.0.1:{nginx_port} backlog=4096; location / {{ proxy_pass http://origin; "
                            'proxy_http_version 1.1; proxy_set_header Connection ""; }',
-                           f"upstream origin {{ server 127.0.0.1:{up_port}; keepalive 1024; keepalive_requests 100000000; }}"))
+                           f"upstream origin {{ server 127.0.0.1:{up_port}; keepalive 1024; keepalive_requests 100000000; }}")
+        procs.append(proxy)
         fg = start_floodgate(work, fg_port, up_port, redis_port)
         procs.append(fg)
         for p in (up_port, nginx_port, fg_port):
             wait_port(p)
+        time.sleep(0.2)
+        redis_pid = procs[0].pid
+        proxy_pids = {"nginx": children(proxy.pid) or [proxy.pid]}
         targets = {"nginx": (nginx_port, "/"), "floodgate": (fg_port, "/"), "fg+redis": (fg_port, "/limited"),
                    "fg flood": (fg_port, "/flood")}
         # warm-up: fill the upstream pools
@@ -162,21 +184,29 @@ def main():
         runs = [(name, c) for name in targets for c in CONNECTIONS] * ROUNDS
         random.shuffle(runs)
         results = {}
-        print(f"{len(runs)} runs of {SECONDS}s, shuffled; wrk on core {CLIENT_CORE}, servers on core {SERVER_CORE}")
-        commands = {}
+        print(f"{len(runs)} runs of {SECONDS}s, shuffled; wrk on core {CLIENT_CORE}, servers on core {SERVER_CORE}, "
+              f"redis-server on core {REDIS_CORE}")
+        commands, cpu = {}, {}
         for i, (name, c) in enumerate(runs, 1):
             port, path = targets[name]
+            pids = proxy_pids.get(name, [fg.pid])
             before = redis_calls(redis_port)
+            cpu_before = cpu_seconds(pids), cpu_seconds([redis_pid])
             r = wrk(port, c, SECONDS, path, expect_errors=name == "fg flood")
-            per_req = (redis_calls(redis_port) - before) / max(1, wrk.last_requests)
+            n = max(1, wrk.last_requests)
+            per_req = (redis_calls(redis_port) - before) / n
+            proxy_us = (cpu_seconds(pids) - cpu_before[0]) / n * 1e6
+            redis_us = (cpu_seconds([redis_pid]) - cpu_before[1]) / n * 1e6
             commands.setdefault(name, []).append(per_req)
+            cpu.setdefault((name, c), []).append((proxy_us, redis_us))
             results.setdefault((name, c), []).append(r)
             print(f"  [{i:2}/{len(runs)}] {name:9} c={c:<3} {r[0]:10.0f} req/s  p50 {r[1]:6.2f} ms  p99 {r[2]:6.2f} ms"
-                  f"  redis cmds/req {per_req:.4f}")
+                  f"  redis cmds/req {per_req:.4f}  cpu/req: proxy {proxy_us:5.1f} us, redis {redis_us:4.1f} us")
         rss = peak_rss_kib(fg.pid)
         print()
         print("medians; ratios against nginx plain proxy at the same connection count")
-        print(f"{'run':>10} {'conns':>5} | {'req/s':>9} {'p50':>8} {'p99':>8} | {'req/s ratio':>11} {'p99 ratio':>9} | {'redis cmds/req':>14}")
+        print(f"{'run':>10} {'conns':>5} | {'req/s':>9} {'p50':>8} {'p99':>8} | {'req/s ratio':>11} {'p99 ratio':>9} | "
+              f"{'redis cmds/req':>14} | {'proxy us/req':>12} {'redis us/req':>12}")
         for c in CONNECTIONS:
             med = {}
             for name in targets:
@@ -186,7 +216,8 @@ def main():
             for name in targets:
                 f = med[name]
                 print(f"{name:>10} {c:>5} | {f[0]:>9.0f} {f[1]:>6.2f}ms {f[2]:>6.2f}ms | {f[0] / n[0]:>10.2f}x "
-                      f"{f[2] / n[2]:>8.2f}x | {statistics.median(commands[name]):>14.4f}")
+                      f"{f[2] / n[2]:>8.2f}x | {statistics.median(commands[name]):>14.4f} | "
+                      f"{statistics.median(x[0] for x in cpu[(name, c)]):>12.1f} {statistics.median(x[1] for x in cpu[(name, c)]):>12.1f}")
         print(f"floodgate peak RSS: {rss / 1024:.1f} MiB")
     finally:
         for p in procs:

@@ -1,7 +1,7 @@
 -- concurrency: a = limit, b = lease lifetime ms. A ZSET of leases (member = request
 -- nonce and limit index, score = its expiry): released by ZREM when the response
 -- finishes, reclaimed here once expired if a gateway died holding it.
-ALGOS.cc = {
+ALGOS.cc = function() return {
   members = true,
   load = function(key)
     redis.call('ZREMRANGEBYSCORE', key, '-inf', clock())
@@ -29,4 +29,4 @@ ALGOS.cc = {
     end
     redis.call('PEXPIRE', key, ceil(spec[3]))
   end,
-}
+} end

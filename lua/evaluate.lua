@@ -13,10 +13,16 @@
 -- integers (allowed 1/0, remaining, reset_ms, retry_ms). One string instead of an
 -- array of integers spares both sides a reply object per number.
 local KEYS, ARGV, tonumber = KEYS, ARGV, tonumber
-local specs, shapes, states, touched = {}, {}, {}, {}
+local specs, shapes, states, touched, algos = {}, {}, {}, {}, {}
 local at = 4
 for s = 1, tonumber(ARGV[2]) do
-  specs[s] = {ALGOS[ARGV[at]], tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]),
+  local code = ARGV[at]
+  local algo = algos[code]
+  if not algo then
+    algo = ALGOS[code]()
+    algos[code] = algo
+  end
+  specs[s] = {algo, tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]),
               tonumber(ARGV[at + 4]), ARGV[at + 5] == '1'}
   at = at + 6
 end

@@ -1,7 +1,7 @@
 -- fixed_window: a = limit, b = window ms. One HASH: n = admitted cost, e = the Redis
 -- time (ms) the window ends. The window starts with the first admitted request; the
 -- key expires (PEXPIREAT) when it ends.
-ALGOS.fw = {
+ALGOS.fw = function() return {
   load = function(key)
     local h = redis.call('HMGET', key, 'n', 'e')
     local e = tonumber(h[2])
@@ -31,4 +31,4 @@ ALGOS.fw = {
       redis.call('HSET', key, 'n', st.n)  -- keeps the key's expiry
     end
   end,
-}
+} end

@@ -1,7 +1,7 @@
 -- gcra: a = rate count, b = rate period ms, c = burst. One key holding the
 -- theoretical arrival time (TAT); a request is admitted when it is no earlier than
 -- TAT + cost*T - burst*T, T being the emission interval.
-ALGOS.gcra = {
+ALGOS.gcra = function() return {
   load = function(key)
     return {tat = tonumber(redis.call('GET', key) or '0')}
   end,
@@ -24,4 +24,4 @@ ALGOS.gcra = {
   save = function(key, st)
     redis.call('SET', key, string.format('%.3f', st.tat), 'PX', ceil(st.tat - clock()) + 1)
   end,
-}
+} end

@@ -3,8 +3,9 @@
 -- Every key is in KEYS; all time comes from Redis TIME; every write sets an expiry
 -- in the same step, so no key is ever left without a TTL.
 --
--- Each algorithm is three functions over the state of one key (and `members = true` if
--- it names its entries after the request's nonce):
+-- Each algorithm is a constructor (called only if a call uses the algorithm) of three
+-- functions over the state of one key (and `members = true` if it names its entries
+-- after the request's nonce):
 --   load(key, spec) -> st     reads the key, once per call however many requests use it
 --   step(st, spec, cost, commit, nonce, i) -> allowed (1/0), remaining, reset_ms, retry_ms
 --                             decides one request against st; with commit, records it in st

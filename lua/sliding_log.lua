@@ -1,7 +1,7 @@
 -- sliding_log: a = limit, b = window ms. A ZSET of admitted requests scored by Redis
 -- time; members are unique (request nonce, limit index, unit of cost), so requests in
 -- the same millisecond all count. Denied requests are not recorded.
-ALGOS.sl = {
+ALGOS.sl = function() return {
   members = true,
   load = function(key, spec)
     local t = clock()
@@ -45,4 +45,4 @@ ALGOS.sl = {
     end
     redis.call('PEXPIRE', key, ceil(spec[3]))
   end,
-}
+} end

@@ -1,7 +1,7 @@
 -- sliding_window: a = limit, b = window ms. Two buckets in one HASH (b = index of
 -- the current bucket, c = its count, p = the previous bucket's count); the previous
 -- bucket is weighted by how much of it the sliding window still covers.
-ALGOS.sw = {
+ALGOS.sw = function() return {
   load = function(key)
     local h = redis.call('HMGET', key, 'b', 'c', 'p')
     return {b = tonumber(h[1]), c = tonumber(h[2]) or 0, p = tonumber(h[3]) or 0}
@@ -35,4 +35,4 @@ ALGOS.sw = {
     redis.call('HSET', key, 'b', st.b, 'c', st.c, 'p', st.p)
     redis.call('PEXPIRE', key, (st.b + 2) * spec[3] - math.floor(clock()))
   end,
-}
+} end

@@ -1,6 +1,6 @@
 -- token_bucket: a = rate count, b = rate period ms, c = burst. One HASH (t = tokens,
 -- s = time of the last refill); refilled from Redis time, never above burst.
-ALGOS.tb = {
+ALGOS.tb = function() return {
   load = function(key)
     local h = redis.call('HMGET', key, 't', 's')
     return {t = tonumber(h[1]), s = tonumber(h[2])}
@@ -24,4 +24,4 @@ ALGOS.tb = {
     redis.call('HSET', key, 't', string.format('%.6f', st.t), 's', string.format('%.3f', st.s))
     redis.call('PEXPIRE', key, ceil((spec[4] - st.t) / rate) + 1)
   end,
-}
+} end

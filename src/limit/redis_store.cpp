@@ -177,15 +177,18 @@ struct redis_batcher::batch {
 
 redis_batcher::redis_batcher(boost::asio::any_io_executor ex, std::shared_ptr<redis::connection> c,
                              std::size_t max_batch)
-    : ex_(std::move(ex)), conn_(std::move(c)), max_batch_(max_batch) {}
+    : ex_(std::move(ex)), conn_(std::move(c)), max_batch_(max_batch), flow_(std::make_shared<flow>()) {
+  flow_->owner = this;
+}
 
-redis_batcher::~redis_batcher() = default;
+redis_batcher::~redis_batcher() { flow_->owner = nullptr; }
 
 void redis_batcher::flush() {
   if (!current_ || current_->waiters.empty()) return;
   auto b = std::shared_ptr<batch>(std::move(current_));
   auto [argc, args] = b->call.finish();
-  conn_->eval(argc, std::move(args), [b, ex = ex_](boost::system::error_code ec, const redisReply* r) {
+  ++flow_->in_flight;
+  conn_->eval(argc, std::move(args), [b, ex = ex_, flow = flow_](boost::system::error_code ec, const redisReply* r) {
     for (auto& w : b->waiters) {
       w.ec = ec;
       if (!ec && !decode_reply(r, b->call.offset(w.slot), w.checks, w.out))
@@ -195,6 +198,21 @@ void redis_batcher::flush() {
     boost::asio::post(ex, [b] {
       for (auto& w : b->waiters) std::move(w.resume)(w.ec);
     });
+    --flow->in_flight;
+    if (flow->owner) flow->owner->schedule_flush();
+  });
+}
+
+void redis_batcher::schedule_flush() {
+  // One call in flight at a time: what arrives meanwhile waits for its answer and
+  // goes in the next call, so calls grow with the load instead of multiplying.
+  if (flush_posted_ || flow_->in_flight >= max_in_flight || !current_ || current_->waiters.empty()) return;
+  flush_posted_ = true;
+  // At the end of this turn of the event loop: every request that becomes ready in
+  // it joins the call.
+  boost::asio::post(ex_, [this] {
+    flush_posted_ = false;
+    if (flow_->in_flight < max_in_flight) flush();
   });
 }
 
@@ -204,16 +222,8 @@ boost::asio::awaitable<std::tuple<boost::system::error_code>> redis_batcher::eva
     if (!current_) current_ = std::make_unique<batch>();
     auto slot = current_->call.add(checks, nonce);
     current_->waiters.push_back({checks, out, slot, std::move(handler)});
-    if (current_->waiters.size() >= max_batch_) {
-      flush();
-    } else if (!flush_posted_) {
-      // Everything that becomes ready in this turn of the event loop joins the batch.
-      flush_posted_ = true;
-      boost::asio::post(ex_, [this] {
-        flush_posted_ = false;
-        flush();
-      });
-    }
+    if (current_->waiters.size() >= max_batch_) flush();  // full: goes now, in flight or not
+    else schedule_flush();
   };
   // Not a coroutine itself: the caller awaits the operation, with no frame in between.
   constexpr auto token = boost::asio::as_tuple(boost::asio::use_awaitable);

@@ -63,12 +63,14 @@ class script_call {
 // not what the script returns.
 bool decode_reply(const redisReply* r, std::size_t offset, std::span<const check> checks, std::span<decision> out);
 
-// Batches the limit checks of concurrent requests on one worker into one script call
-// per event-loop turn (at most `max_batch` requests), so that Redis runs the script
-// once for many requests. Each request's limits stay atomic in the script. Per worker.
+// Batches the limit checks of concurrent requests on one worker into one script call,
+// so that Redis runs the script once for many requests: the requests that become
+// ready in one turn of the event loop, or while the previous call is in flight (one
+// at a time), up to `max_batch` (a full batch goes at once). Each request's limits
+// stay atomic in the script. Per worker.
 class redis_batcher {
  public:
-  redis_batcher(boost::asio::any_io_executor ex, std::shared_ptr<redis::connection> c, std::size_t max_batch = 64);
+  redis_batcher(boost::asio::any_io_executor ex, std::shared_ptr<redis::connection> c, std::size_t max_batch = 128);
   ~redis_batcher();
   // Evaluates `checks` (which, like `nonce` and `out`, must live until completion);
   // `out` (one decision per check) is filled before completion.
@@ -78,13 +80,21 @@ class redis_batcher {
 
  private:
   struct batch;
+  // What a call's completion needs of its batcher, which may be gone by then.
+  struct flow {
+    redis_batcher* owner = nullptr;
+    unsigned in_flight = 0;
+  };
+  static constexpr unsigned max_in_flight = 1;
   void flush();
+  void schedule_flush();
 
   boost::asio::any_io_executor ex_;
   std::shared_ptr<redis::connection> conn_;
   std::size_t max_batch_;
   std::unique_ptr<batch> current_;
   bool flush_posted_ = false;
+  std::shared_ptr<flow> flow_;
 };
 // The member of a concurrency lease held for check `index` (0-based) of a call.
 std::string lease_member(std::string_view nonce, std::size_t index);
