@@ -197,7 +197,7 @@ def main():
             per_req = (redis_calls(redis_port) - before) / n
             proxy_us = (cpu_seconds(pids) - cpu_before[0]) / n * 1e6
             redis_us = (cpu_seconds([redis_pid]) - cpu_before[1]) / n * 1e6
-            commands.setdefault(name, []).append(per_req)
+            commands.setdefault((name, c), []).append(per_req)
             cpu.setdefault((name, c), []).append((proxy_us, redis_us))
             results.setdefault((name, c), []).append(r)
             print(f"  [{i:2}/{len(runs)}] {name:9} c={c:<3} {r[0]:10.0f} req/s  p50 {r[1]:6.2f} ms  p99 {r[2]:6.2f} ms"
@@ -216,7 +216,7 @@ def main():
             for name in targets:
                 f = med[name]
                 print(f"{name:>10} {c:>5} | {f[0]:>9.0f} {f[1]:>6.2f}ms {f[2]:>6.2f}ms | {f[0] / n[0]:>10.2f}x "
-                      f"{f[2] / n[2]:>8.2f}x | {statistics.median(commands[name]):>14.4f} | "
+                      f"{f[2] / n[2]:>8.2f}x | {statistics.median(commands[(name, c)]):>14.4f} | "
                       f"{statistics.median(x[0] for x in cpu[(name, c)]):>12.1f} {statistics.median(x[1] for x in cpu[(name, c)]):>12.1f}")
         print(f"floodgate peak RSS: {rss / 1024:.1f} MiB")
     finally:
