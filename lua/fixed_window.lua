@@ -10,8 +10,14 @@ ALGOS.fw = function() return {
   end,
   step = function(st, spec, cost, commit)
     local limit, used = spec[2], st.n
-    local reset = spec[3]
-    if st.e then reset = ceil(st.e - clock()) end
+    -- Time stands still within a call: the reset is worked out once per key (Lua
+    -- calls are dear in Redis, and this runs for every request of the call).
+    local reset = st.reset
+    if not reset then
+      reset = spec[3]
+      if st.e then reset = ceil(st.e - clock()) end
+      st.reset = reset
+    end
     if used + cost > limit then
       return 0, math.max(0, limit - used), reset, reset
     end
