@@ -18,15 +18,7 @@ ALGOS.cc = function() return {
     return 1, limit - n - 1, 0, 0
   end,
   save = function(key, st, spec)
-    local expiry, add = clock() + spec[3], st.add
-    for first = 1, #add, 256 do
-      local args = {}
-      for j = first, math.min(#add, first + 255) do
-        args[#args + 1] = expiry
-        args[#args + 1] = add[j]
-      end
-      redis.call('ZADD', key, unpack(args))
-    end
+    zadd_all(key, clock() + spec[3], st.add)
     redis.call('PEXPIRE', key, ceil(spec[3]))
   end,
 } end

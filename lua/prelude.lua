@@ -26,6 +26,18 @@ local function clock()
   return now
 end
 
+-- ZADD of every member in `members`, all with `score` (in chunks: unpack's stack is bounded).
+local function zadd_all(key, score, members)
+  for first = 1, #members, 256 do
+    local args = {}
+    for j = first, math.min(#members, first + 255) do
+      args[#args + 1] = score
+      args[#args + 1] = members[j]
+    end
+    redis.call('ZADD', key, unpack(args))
+  end
+end
+
 local mceil, mfloor = math.ceil, math.floor
 local function ceil(x) return mceil(x - 1e-9) end
 local function floor(x) return mfloor(x + 1e-9) end

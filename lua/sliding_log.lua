@@ -34,15 +34,7 @@ ALGOS.sl = function() return {
     return 1, limit - n - cost, reset, 0
   end,
   save = function(key, st, spec)
-    local t, add = clock(), st.add
-    for first = 1, #add, 256 do
-      local args = {}
-      for j = first, math.min(#add, first + 255) do
-        args[#args + 1] = t
-        args[#args + 1] = add[j]
-      end
-      redis.call('ZADD', key, unpack(args))
-    end
+    zadd_all(key, clock(), st.add)
     redis.call('PEXPIRE', key, ceil(spec[3]))
   end,
 } end

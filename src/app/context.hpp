@@ -27,7 +27,6 @@ inline std::chrono::steady_clock::time_point deadline_after(std::chrono::steady_
 // A live downstream connection, as its worker sees it: for drain, and for deadlines.
 // Instead of a timer per operation, a session writes the deadline of its current wait
 // here and the worker's sweeper cancels both of its sockets once it has passed.
-
 struct session_entry {
   using clock = std::chrono::steady_clock;
   boost::asio::ip::tcp::socket* socket = nullptr;

@@ -98,6 +98,12 @@ struct limit_config {
 inline bool rate_based(const limit_config& l) {
   return l.algo == algorithm::token_bucket || l.algo == algorithm::gcra;
 }
+// The quota a limit's decisions report: its burst if rate-based, else its limit.
+inline std::uint64_t quota(const limit_config& l) { return rate_based(l) ? l.burst : l.limit; }
+// sliding_log and concurrency name their Redis entries after the request (its nonce).
+inline bool names_entries(const limit_config& l) {
+  return l.algo == algorithm::sliding_log || l.algo == algorithm::concurrency;
+}
 
 struct route_match {
   std::string path;         // exact, or

@@ -55,7 +55,7 @@ asio::awaitable<std::optional<session::outcome>> session::apply_limits(const con
       const auto& l = *check_cfgs_[i];
       if (l.shadow || l.algo == config::algorithm::concurrency) continue;
       if (auto until = ctx_.denies->denied_until(checks_[i].key, now)) {
-        decisions_[i] = {false, config::rate_based(l) ? l.burst : l.limit, 0, until - now, until - now};
+        decisions_[i] = {false, config::quota(l), 0, until - now, until - now};
         cached = true;
       }
     }
@@ -67,15 +67,13 @@ asio::awaitable<std::optional<session::outcome>> session::apply_limits(const con
       limit::append_rate_headers(rate_headers_, route.response.headers, cfgs, ds, true);
       co_return co_await send_limited(route, rate_headers_);
     }
-    // Only sliding_log and concurrency name Redis entries after the request.
+    // A nonce only if a limit names Redis entries after the request.
     nonce_.clear();
-    for (const auto* l : check_cfgs_)
-      if (l->algo == config::algorithm::sliding_log || l->algo == config::algorithm::concurrency) {
-        char buf[24];
-        auto end = std::to_chars(buf, buf + sizeof buf, lease_).ptr;
-        nonce_.assign(ctx_.nonce_prefix).append(buf, end);
-        break;
-      }
+    if (std::any_of(check_cfgs_.begin(), check_cfgs_.end(), [](auto* l) { return config::names_entries(*l); })) {
+      char buf[24];
+      auto end = std::to_chars(buf, buf + sizeof buf, lease_).ptr;
+      nonce_.assign(ctx_.nonce_prefix).append(buf, end);
+    }
     auto [ec] = co_await ctx_.batcher->evaluate(checks_, nonce_, decisions_);
     if (ec) {
       store_failed = true;

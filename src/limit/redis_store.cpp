@@ -58,12 +58,8 @@ std::size_t script_call::shape_index(std::span<const std::size_t> specs) {
   for (std::size_t i = 0; i < shape_ids_.size(); ++i)
     if (std::ranges::equal(shape_ids_[i], specs)) return i + 1;
   shape_ids_.emplace_back(specs.begin(), specs.end());
-  bool named = false;  // a limit names its entries after the request's nonce
-  for (auto i : specs) {
-    auto algo = spec_ids_[i - 1].first->algo;
-    named |= algo == config::algorithm::sliding_log || algo == config::algorithm::concurrency;
-  }
-  shape_named_.push_back(named);
+  shape_named_.push_back(
+      std::ranges::any_of(specs, [&](std::size_t i) { return config::names_entries(*spec_ids_[i - 1].first); }));
   append_number(shapes_, specs.size());
   for (auto i : specs) append_number(shapes_, i);
   shape_args_ += 1 + specs.size();
@@ -136,7 +132,7 @@ bool decode_reply(const redisReply* r, std::size_t offset, std::span<const check
   for (std::size_t i = 0; i < out.size(); ++i) {
     const auto& l = *checks[i].cfg;
     out[i].allowed = field(i, 0) == 1;
-    out[i].limit = config::rate_based(l) ? l.burst : l.limit;
+    out[i].limit = config::quota(l);
     out[i].remaining = static_cast<std::uint64_t>(std::max<std::int64_t>(0, field(i, 1)));
     out[i].reset_ms = field(i, 2);
     out[i].retry_ms = field(i, 3);
