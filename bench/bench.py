@@ -181,42 +181,56 @@ def main():
         # warm-up: fill the upstream pools
         for name, (port, path) in targets.items():
             wrk(port, 256, 2, path, expect_errors=True)
-        runs = [(name, c) for name in targets for c in CONNECTIONS] * ROUNDS
-        random.shuffle(runs)
-        results = {}
-        print(f"{len(runs)} runs of {SECONDS}s, shuffled; wrk on core {CLIENT_CORE}, servers on core {SERVER_CORE}, "
-              f"redis-server on core {REDIS_CORE}")
+        # Paired rounds: each round runs every target once per connection count, back to
+        # back in a shuffled order, and each ratio is taken against nginx in the same round.
+        # The machine's speed drifts by ±20% over minutes; within a round it does not.
+        runs = []
+        for _ in range(ROUNDS):
+            for c in CONNECTIONS:
+                order = list(targets)
+                random.shuffle(order)
+                runs.append([(name, c) for name in order])
+        results, ratios = {}, {}
+        total = sum(len(r) for r in runs)
+        print(f"{ROUNDS} rounds of {total // ROUNDS} runs of {SECONDS}s; wrk on core {CLIENT_CORE}, servers on core "
+              f"{SERVER_CORE}, redis-server on core {REDIS_CORE}")
         commands, cpu = {}, {}
-        for i, (name, c) in enumerate(runs, 1):
-            port, path = targets[name]
-            pids = proxy_pids.get(name, [fg.pid])
-            before = redis_calls(redis_port)
-            cpu_before = cpu_seconds(pids), cpu_seconds([redis_pid])
-            r = wrk(port, c, SECONDS, path, expect_errors=name == "fg flood")
-            n = max(1, wrk.last_requests)
-            per_req = (redis_calls(redis_port) - before) / n
-            proxy_us = (cpu_seconds(pids) - cpu_before[0]) / n * 1e6
-            redis_us = (cpu_seconds([redis_pid]) - cpu_before[1]) / n * 1e6
-            commands.setdefault((name, c), []).append(per_req)
-            cpu.setdefault((name, c), []).append((proxy_us, redis_us))
-            results.setdefault((name, c), []).append(r)
-            print(f"  [{i:2}/{len(runs)}] {name:9} c={c:<3} {r[0]:10.0f} req/s  p50 {r[1]:6.2f} ms  p99 {r[2]:6.2f} ms"
-                  f"  redis cmds/req {per_req:.4f}  cpu/req: proxy {proxy_us:5.1f} us, redis {redis_us:4.1f} us")
+        i = 0
+        for group in runs:
+            got = {}
+            for name, c in group:
+                i += 1
+                port, path = targets[name]
+                pids = proxy_pids.get(name, [fg.pid])
+                before = redis_calls(redis_port)
+                cpu_before = cpu_seconds(pids), cpu_seconds([redis_pid])
+                r = wrk(port, c, SECONDS, path, expect_errors=name == "fg flood")
+                n = max(1, wrk.last_requests)
+                per_req = (redis_calls(redis_port) - before) / n
+                proxy_us = (cpu_seconds(pids) - cpu_before[0]) / n * 1e6
+                redis_us = (cpu_seconds([redis_pid]) - cpu_before[1]) / n * 1e6
+                commands.setdefault((name, c), []).append(per_req)
+                cpu.setdefault((name, c), []).append((proxy_us, redis_us))
+                results.setdefault((name, c), []).append(r)
+                got[name] = r
+                print(f"  [{i:2}/{total}] {name:9} c={c:<3} {r[0]:10.0f} req/s  p50 {r[1]:6.2f} ms  p99 {r[2]:6.2f} ms"
+                      f"  redis cmds/req {per_req:.4f}  cpu/req: proxy {proxy_us:5.1f} us, redis {redis_us:4.1f} us")
+            for name, r in got.items():
+                ratios.setdefault((name, c), []).append((r[0] / got["nginx"][0], r[2] / got["nginx"][2]))
         rss = peak_rss_kib(fg.pid)
         print()
-        print("medians; ratios against nginx plain proxy at the same connection count")
-        print(f"{'run':>10} {'conns':>5} | {'req/s':>9} {'p50':>8} {'p99':>8} | {'req/s ratio':>11} {'p99 ratio':>9} | "
-              f"{'redis cmds/req':>14} | {'proxy us/req':>12} {'redis us/req':>12}")
+        print("medians over rounds; ratios are per round against nginx plain proxy at the same connection count,")
+        print("then the median (and the lowest, highest) of those")
+        print(f"{'run':>10} {'conns':>5} | {'req/s':>9} {'p50':>8} {'p99':>8} | {'req/s ratio':>11} {'(min..max)':>12} "
+              f"{'p99 ratio':>9} | {'redis cmds/req':>14} | {'proxy us/req':>12} {'redis us/req':>12}")
         for c in CONNECTIONS:
-            med = {}
             for name in targets:
                 rs = results[(name, c)]
-                med[name] = tuple(statistics.median(x[k] for x in rs) for k in range(3))
-            n = med["nginx"]
-            for name in targets:
-                f = med[name]
-                print(f"{name:>10} {c:>5} | {f[0]:>9.0f} {f[1]:>6.2f}ms {f[2]:>6.2f}ms | {f[0] / n[0]:>10.2f}x "
-                      f"{f[2] / n[2]:>8.2f}x | {statistics.median(commands[(name, c)]):>14.4f} | "
+                f = tuple(statistics.median(x[k] for x in rs) for k in range(3))
+                rr = [x[0] for x in ratios[(name, c)]]
+                pr = statistics.median(x[1] for x in ratios[(name, c)])
+                print(f"{name:>10} {c:>5} | {f[0]:>9.0f} {f[1]:>6.2f}ms {f[2]:>6.2f}ms | {statistics.median(rr):>10.2f}x "
+                      f"({min(rr):.2f}..{max(rr):.2f}) {pr:>8.2f}x | {statistics.median(commands[(name, c)]):>14.4f} | "
                       f"{statistics.median(x[0] for x in cpu[(name, c)]):>12.1f} {statistics.median(x[1] for x in cpu[(name, c)]):>12.1f}")
         print(f"floodgate peak RSS: {rss / 1024:.1f} MiB")
     finally:

@@ -1,21 +1,21 @@
 -- concurrency: a = limit, b = lease lifetime ms. A ZSET of leases (member = request
 -- nonce and limit index, score = its expiry): released by ZREM when the response
 -- finishes, reclaimed here once expired if a gateway died holding it.
-ALGOS.cc = function() return {
+ALGOS[CC] = function() return {
   members = true,
   load = function(key)
     redis.call('ZREMRANGEBYSCORE', key, '-inf', clock())
     return {n = redis.call('ZCARD', key), add = {}}
   end,
-  step = function(st, spec, _, commit, nonce, i)
+  take = function(st, spec, _, _, commit, nonce, i)
     local limit = spec[2]
     local n = st.n + #st.add
-    if n + 1 > limit then return 0, 0, 0, 1000 end
+    if n + 1 > limit then return 1, 0, 0, 0, 1000, 0, 0 end
     if commit then
       st.add[#st.add + 1] = nonce .. ':' .. i
       st.dirty = true
     end
-    return 1, limit - n - 1, 0, 0
+    return 1, 1, limit - n - 1, 0, 0, 0, 0
   end,
   save = function(key, st, spec)
     zadd_all(key, clock() + spec[3], st.add)

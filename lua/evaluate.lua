@@ -1,40 +1,56 @@
 -- Driver. The gateway batches the concurrent requests of one event-loop turn into one
--- call. ARGV: [1] the number of entries, [2] the number of limit specs S, [3] the
--- number of request shapes H; then S specs of 6 arguments (algorithm, a, b, c, cost,
--- shadow 1/0); then H shapes, each its number of limits k and k spec indexes
--- (1-based); then per entry its shape's index, its count n of alike requests (same
--- shape, same keys) and, if the shape has a sliding_log or concurrency limit, the
--- request's nonce (members are named after it; such an entry is one request). KEYS
+-- call. ARGV[1] is one string of little-endian 64-bit integers (read with one
+-- struct.unpack, not a tonumber per argument): the number of entries E, of limit specs
+-- S and of request shapes H; S specs of 6 (algorithm 1-6, a, b, c, cost, shadow 1/0);
+-- H shapes, each its number of limits k and k spec indexes (1-based); E entries, each
+-- its shape's index and its count n of alike requests (same shape, same keys). ARGV[2]
+-- on are the nonces of the entries whose shape has a sliding_log or concurrency limit
+-- (members are named after them; such an entry is one request), in entry order. KEYS
 -- holds each entry's keys, one per limit of its shape.
 -- The n requests of an entry are decided one after the other, exactly as n entries.
 -- Per request, all limits are checked first; unless one that is not in shadow mode
 -- denies, every admitting limit is then recorded: a denied request consumes nothing.
--- Returns one string: per limit, request after request, 4 little-endian 64-bit
--- integers (allowed 1/0, remaining, reset_ms, retry_ms). One string instead of an
--- array of integers spares both sides a reply object per number.
-local KEYS, ARGV, tonumber = KEYS, ARGV, tonumber
+-- Returns one string of little-endian 64-bit integers: per entry, runs of requests
+-- until its n are covered, each run its length and per limit 6 numbers (allowed 1/0,
+-- remaining, reset_ms, retry_ms, d_remaining, d_reset): the j-th request of the run
+-- (from 0) has remaining + j*d_remaining and reset_ms + j*d_reset. One string instead
+-- of an array of integers spares both sides a reply object per number.
+local KEYS, ARGV = KEYS, ARGV
+local v = {}
+do
+  -- Read in chunks: struct.unpack returns its values on the Lua stack, which is bounded.
+  local blob, at = ARGV[1], 1
+  local left = #blob / 8
+  while left > 0 do
+    local n = mmin(left, 1024)
+    local chunk = {struct.unpack('<' .. string.rep('i8', n), blob, at)}
+    at = chunk[n + 1]
+    for i = 1, n do v[#v + 1] = chunk[i] end
+    left = left - n
+  end
+end
+
 local specs, shapes, states, touched, algos = {}, {}, {}, {}, {}
 local at = 4
-for s = 1, tonumber(ARGV[2]) do
-  local code = ARGV[at]
+for s = 1, v[2] do
+  local code = v[at]
   local algo = algos[code]
   if not algo then
     algo = ALGOS[code]()
     algos[code] = algo
   end
-  specs[s] = {algo, tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]),
-              tonumber(ARGV[at + 4]), ARGV[at + 5] == '1'}
+  specs[s] = {algo, v[at + 1], v[at + 2], v[at + 3], v[at + 4], v[at + 5] == 1}
   at = at + 6
 end
-for h = 1, tonumber(ARGV[3]) do
-  local k = tonumber(ARGV[at])
+for h = 1, v[3] do
+  local k = v[at]
   local shape = {k = k, nonce = false}
   for i = 1, k do
-    local spec = specs[tonumber(ARGV[at + i])]
+    local spec = specs[v[at + i]]
     shape[i] = spec
     if spec[1].members then shape.nonce = true end
   end
-  shapes[tostring(h)] = shape
+  shapes[h] = shape
   at = at + k + 1
 end
 
@@ -49,39 +65,47 @@ local function state(key, spec)
   return st
 end
 
-local out, key_at = {}, 1
-for _ = 1, tonumber(ARGV[1]) do
-  local shape, count = shapes[ARGV[at]], tonumber(ARGV[at + 1])
+local out, key_at, nonce_at = {}, 1, 2
+for _ = 1, v[1] do
+  local shape, count = shapes[v[at]], v[at + 1]
+  at = at + 2
   local nonce
   if shape.nonce then
-    nonce = ARGV[at + 2]
-    at = at + 3
-  else
-    at = at + 2
+    nonce = ARGV[nonce_at]
+    nonce_at = nonce_at + 1
   end
   local k = shape.k
   if k == 1 then
-    -- One limit (the common case): a denial records nothing anyway, so one pass.
+    -- One limit (the common case): a denial records nothing anyway, so runs are
+    -- decided and recorded in one pass.
     local spec = shape[1]
-    local st, step, cost = state(KEYS[key_at], spec), spec[1].step, spec[5]
-    for _ = 1, count do
+    local st, take, cost = state(KEYS[key_at], spec), spec[1].take, spec[5]
+    while count > 0 do
       local n = #out
-      out[n + 1], out[n + 2], out[n + 3], out[n + 4] = step(st, spec, cost, true, nonce, 1)
+      local run
+      run, out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6], out[n + 7] =
+        take(st, spec, cost, count, true, nonce, 1)
+      out[n + 1] = run
+      count = count - run
     end
   else
+    -- Several limits: request after request, each a run of one.
     local sts = {}
     for i = 1, k do sts[i] = state(KEYS[key_at + i - 1], shape[i]) end
     for _ = 1, count do
-      local base, blocked = #out, false
+      local base, blocked = #out + 1, false
+      out[base] = 1
       for i = 1, k do
-        local spec, j = shape[i], base + 4 * i
-        out[j - 3], out[j - 2], out[j - 1], out[j] = spec[1].step(sts[i], spec, spec[5], false, nonce, i)
-        if out[j - 3] == 0 and not spec[6] then blocked = true end
+        local spec, j = shape[i], base + 6 * i - 5
+        local _
+        _, out[j], out[j + 1], out[j + 2], out[j + 3] = spec[1].take(sts[i], spec, spec[5], 1, false, nonce, i)
+        out[j + 4], out[j + 5] = 0, 0
+        if out[j] == 0 and not spec[6] then blocked = true end
       end
       if not blocked then
         for i = 1, k do
           local spec = shape[i]
-          if out[base + 4 * i - 3] == 1 then spec[1].step(sts[i], spec, spec[5], true, nonce, i) end
+          if out[base + 6 * i - 5] == 1 then spec[1].take(sts[i], spec, spec[5], 1, true, nonce, i) end
         end
       end
     end
@@ -95,7 +119,7 @@ end
 -- Packed in one C call per 1024 numbers (unpack's stack is bounded).
 local parts = {}
 for first = 1, #out, 1024 do
-  local last = math.min(#out, first + 1023)
+  local last = mmin(#out, first + 1023)
   parts[#parts + 1] = struct.pack('<' .. string.rep('i8', last - first + 1), unpack(out, first, last))
 end
 return table.concat(parts)

@@ -1,40 +1,36 @@
--- fixed_window: a = limit, b = window ms. One HASH: n = admitted cost, e = the Redis
--- time (ms) the window ends. The window starts with the first admitted request; the
--- key expires (PEXPIREAT) when it ends.
-ALGOS.fw = function() return {
+-- fixed_window: a = limit, b = window ms. State: admitted cost n and the Redis time (ms)
+-- e the window ends; the window starts with the first admitted request, and the key
+-- expires (PXAT) when it ends.
+ALGOS[FW] = function() return {
   load = function(key)
-    local h = redis.call('HMGET', key, 'n', 'e')
-    local e = tonumber(h[2])
-    if e and e > clock() then return {n = tonumber(h[1]) or 0, e = e} end
+    local v = redis.call('GET', key)
+    if v then
+      local n, e = struct.unpack('<dd', v)
+      if e > clock() then return {n = n, e = e, reset = ceil(e - clock())} end
+    end
     return {n = 0, fresh = true}
   end,
-  step = function(st, spec, cost, commit)
+  take = function(st, spec, cost, count, commit)
     local limit, used = spec[2], st.n
-    -- Time stands still within a call: the reset is worked out once per key (Lua
-    -- calls are dear in Redis, and this runs for every request of the call).
-    local reset = st.reset
-    if not reset then
-      reset = spec[3]
-      if st.e then reset = ceil(st.e - clock()) end
-      st.reset = reset
+    -- Time stands still within a call: an existing window's reset was worked out on load.
+    local reset = st.reset or spec[3]
+    local fit = mfloor((limit - used) / cost)
+    if fit < 1 then
+      return count, 0, mmax(0, limit - used), reset, reset, 0, 0
     end
-    if used + cost > limit then
-      return 0, math.max(0, limit - used), reset, reset
-    end
+    local k = mmin(count, fit)
     if commit then
-      if not st.e then st.e = clock() + spec[3] end
-      st.n = used + cost
-      st.dirty = true
+      if not st.e then st.e = ceil(clock() + spec[3]) end
+      st.n, st.dirty = used + k * cost, true
     end
-    return 1, limit - used - cost, reset, 0
+    return k, 1, limit - used - cost, reset, 0, -cost, 0
   end,
   save = function(key, st)
+    local v = struct.pack('<dd', st.n, st.e)
     if st.fresh then
-      local e = ceil(st.e)
-      redis.call('HSET', key, 'n', st.n, 'e', e)
-      redis.call('PEXPIREAT', key, e)
+      redis.call('SET', key, v, 'PXAT', st.e)
     else
-      redis.call('HSET', key, 'n', st.n)  -- keeps the key's expiry
+      redis.call('SET', key, v, 'KEEPTTL')  -- an existing window keeps its end
     end
   end,
 } end

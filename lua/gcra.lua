@@ -1,27 +1,41 @@
--- gcra: a = rate count, b = rate period ms, c = burst. One key holding the
--- theoretical arrival time (TAT); a request is admitted when it is no earlier than
--- TAT + cost*T - burst*T, T being the emission interval.
-ALGOS.gcra = function() return {
+-- gcra: a = rate count, b = rate period ms, c = burst. State: the theoretical arrival
+-- time (TAT) as whole ms o and the rest r; a request is admitted when it is no earlier
+-- than TAT + cost*T - burst*T, T being the emission interval. Times are worked out
+-- relative to now: absolute ones are near 1.7e12 ms, where doubles are 0.25 us apart,
+-- and TAT + T + T ... would drift enough to refuse a request that fits.
+ALGOS[GCRA] = function() return {
   load = function(key)
-    return {tat = tonumber(redis.call('GET', key) or '0')}
+    local v = redis.call('GET', key)
+    if v then
+      local o, r = struct.unpack('<dd', v)
+      return {o = o, r = r}
+    end
+    return {}
   end,
-  step = function(st, spec, cost, commit)
+  take = function(st, spec, cost, count, commit)
     local now_ms = clock()
+    local origin = mfloor(now_ms)
+    local frac = now_ms - origin
     local t = spec[3] / spec[2]
     local tolerance = t * spec[4]
-    local tat = math.max(st.tat, now_ms)
+    local tat = 0
+    if st.o then tat = mmax(st.o - origin + st.r - frac, 0) end
     local new_tat = tat + t * cost
-    local allow_at = new_tat - tolerance
-    if now_ms + 1e-9 < allow_at then
-      return 0, math.max(0, floor((now_ms - (tat - tolerance)) / t)), ceil(tat - now_ms),
-             math.max(1, ceil(allow_at - now_ms))
+    if new_tat - tolerance > 1e-9 then
+      return count, 0, mmax(0, floor((tolerance - tat) / t)), ceil(tat), mmax(1, ceil(new_tat - tolerance)), 0, 0
+    end
+    -- Admitted while each is no earlier than its allowed time; their resets are evenly
+    -- spaced only if cost*T is whole ms, else one at a time.
+    local step, k, last = whole(cost * spec[3] / spec[2]), 1, new_tat
+    if step then
+      while k < count and last + t * cost - tolerance <= 1e-9 do k, last = k + 1, last + t * cost end
     end
     if commit then
-      st.tat, st.dirty = new_tat, true
+      st.o, st.r, st.frac, st.dirty = origin, last + frac, frac, true
     end
-    return 1, math.max(0, floor((now_ms - (new_tat - tolerance)) / t)), ceil(new_tat - now_ms), 0
+    return k, 1, mmax(0, floor((tolerance - new_tat) / t)), ceil(new_tat), 0, -cost, step or 0
   end,
   save = function(key, st)
-    redis.call('SET', key, string.format('%.3f', st.tat), 'PX', ceil(st.tat - clock()) + 1)
+    redis.call('SET', key, struct.pack('<dd', st.o, st.r), 'PX', ceil(st.r - st.frac) + 1)
   end,
 } end

@@ -1,22 +1,30 @@
 -- floodgate limiter scripts. The build concatenates, in order: prelude.lua, the six
 -- algorithm files, evaluate.lua, into the one script sent with EVALSHA.
 -- Every key is in KEYS; all time comes from Redis TIME; every write sets an expiry
--- in the same step, so no key is ever left without a TTL.
+-- in the same command, so no key is ever left without a TTL.
 --
 -- Each algorithm is a constructor (called only if a call uses the algorithm) of three
 -- functions over the state of one key (and `members = true` if it names its entries
--- after the request's nonce):
+-- after the request's nonce, so that each of its requests comes alone):
 --   load(key, spec) -> st     reads the key, once per call however many requests use it
---   step(st, spec, cost, commit, nonce, i) -> allowed (1/0), remaining, reset_ms, retry_ms
---                             decides one request against st; with commit, records it in st
---                             (and sets st.dirty); a denied request never records anything
---   save(key, st, spec)       writes st back, once per call, only if a step recorded
+--   take(st, spec, cost, n, commit, nonce, i)
+--       -> k, allowed (1/0), remaining, reset_ms, retry_ms, d_remaining, d_reset
+--                             decides the next k (1 <= k <= n) of n alike requests at
+--                             once, exactly as one after the other: the j-th of them
+--                             (from 0) gets remaining + j*d_remaining and reset_ms +
+--                             j*d_reset. With commit, records the k in st (and sets
+--                             st.dirty) if they are admitted; a denial records nothing.
+--   save(key, st, spec)       writes st back, once per call, only if a take recorded
 -- spec = {algorithm, a, b, c, cost, shadow}. A script runs atomically, so reading each key
 -- once, deciding every request of the call in memory and writing each key once is the
--- same as one call per request, at a fraction of the Redis commands.
--- clock() is Redis time in ms: TIME is called once per call, and only if asked for.
+-- same as one call per request, at a fraction of the work: a run of alike requests
+-- costs a few arithmetic steps, not a Lua call and four numbers each.
+-- State that is not a ZSET is one string of little-endian doubles (struct.pack), read
+-- with one GET and written with one SET that carries the expiry.
 local ALGOS = {}
+local FW, SL, SW, TB, GCRA, CC = 1, 2, 3, 4, 5, 6
 
+-- Redis time in ms: TIME is called once per call, and only if asked for.
 local now
 local function clock()
   if not now then
@@ -38,6 +46,11 @@ local function zadd_all(key, score, members)
   end
 end
 
-local mceil, mfloor = math.ceil, math.floor
+local mceil, mfloor, mmin, mmax = math.ceil, math.floor, math.min, math.max
 local function ceil(x) return mceil(x - 1e-9) end
 local function floor(x) return mfloor(x + 1e-9) end
+-- The step, in whole ms, that a reset moves by per admitted request, when it is whole
+-- (a run of admitted requests then has evenly spaced resets); nil when it is not.
+local function whole(ms)
+  if ms == mfloor(ms) then return ms end
+end

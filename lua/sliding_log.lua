@@ -1,7 +1,7 @@
 -- sliding_log: a = limit, b = window ms. A ZSET of admitted requests scored by Redis
 -- time; members are unique (request nonce, limit index, unit of cost), so requests in
 -- the same millisecond all count. Denied requests are not recorded.
-ALGOS.sl = function() return {
+ALGOS[SL] = function() return {
   members = true,
   load = function(key, spec)
     local t = clock()
@@ -9,7 +9,7 @@ ALGOS.sl = function() return {
     local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
     return {n = redis.call('ZCARD', key), oldest = tonumber(oldest[2]), add = {}}
   end,
-  step = function(st, spec, cost, commit, nonce, i)
+  take = function(st, spec, cost, _, commit, nonce, i)
     local t, limit, window = clock(), spec[2], spec[3]
     local n = st.n + #st.add
     local reset = window
@@ -23,7 +23,7 @@ ALGOS.sl = function() return {
         local e = redis.call('ZRANGE', st.key, k - 1, k - 1, 'WITHSCORES')
         retry = ceil(tonumber(e[2]) + window - t)
       end
-      return 0, math.max(0, limit - n), reset, retry
+      return 1, 0, mmax(0, limit - n), reset, retry, 0, 0
     end
     if commit then
       local m = nonce .. ':' .. i .. ':'
@@ -31,7 +31,7 @@ ALGOS.sl = function() return {
       if not st.oldest then st.oldest = t end
       st.dirty = true
     end
-    return 1, limit - n - cost, reset, 0
+    return 1, 1, limit - n - cost, reset, 0, 0, 0
   end,
   save = function(key, st, spec)
     zadd_all(key, clock(), st.add)

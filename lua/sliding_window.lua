@@ -1,15 +1,19 @@
--- sliding_window: a = limit, b = window ms. Two buckets in one HASH (b = index of
--- the current bucket, c = its count, p = the previous bucket's count); the previous
--- bucket is weighted by how much of it the sliding window still covers.
-ALGOS.sw = function() return {
+-- sliding_window: a = limit, b = window ms. Two buckets: b = index of the current
+-- bucket, c = its count, p = the previous bucket's count; the previous bucket is
+-- weighted by how much of it the sliding window still covers.
+ALGOS[SW] = function() return {
   load = function(key)
-    local h = redis.call('HMGET', key, 'b', 'c', 'p')
-    return {b = tonumber(h[1]), c = tonumber(h[2]) or 0, p = tonumber(h[3]) or 0}
+    local v = redis.call('GET', key)
+    if v then
+      local b, c, p = struct.unpack('<ddd', v)
+      return {b = b, c = c, p = p}
+    end
+    return {c = 0, p = 0}
   end,
-  step = function(st, spec, cost, commit)
+  take = function(st, spec, cost, count, commit)
     local limit, window = spec[2], spec[3]
-    local t = math.floor(clock())
-    local idx = math.floor(t / window)
+    local t = mfloor(clock())
+    local idx = mfloor(t / window)
     local elapsed = t - idx * window
     local curr, prev = 0, 0
     if st.b == idx then
@@ -17,22 +21,25 @@ ALGOS.sw = function() return {
     elseif st.b == idx - 1 then
       prev = st.c
     end
-    local estimate = prev * (window - elapsed) / window + curr
+    local weighted = prev * (window - elapsed) / window
+    local estimate = weighted + curr
     if estimate + cost > limit + 1e-9 then
       local room = limit - curr - cost
       local retry = window - elapsed
       if prev > 0 and room >= 0 then
-        retry = math.max(1, ceil(window - room * window / prev - elapsed))
+        retry = mmax(1, ceil(window - room * window / prev - elapsed))
       end
-      return 0, math.max(0, floor(limit - estimate)), window - elapsed, retry
+      return count, 0, mmax(0, floor(limit - estimate)), window - elapsed, retry, 0, 0
     end
+    -- Admitted while the estimate with this request's cost stays within the limit.
+    local k = 1
+    while k < count and weighted + (curr + k * cost) + cost <= limit + 1e-9 do k = k + 1 end
     if commit then
-      st.b, st.c, st.p, st.dirty = idx, curr + cost, prev, true
+      st.b, st.c, st.p, st.dirty = idx, curr + k * cost, prev, true
     end
-    return 1, math.max(0, floor(limit - estimate - cost)), window - elapsed, 0
+    return k, 1, mmax(0, floor(limit - estimate - cost)), window - elapsed, 0, -cost, 0
   end,
   save = function(key, st, spec)
-    redis.call('HSET', key, 'b', st.b, 'c', st.c, 'p', st.p)
-    redis.call('PEXPIRE', key, (st.b + 2) * spec[3] - math.floor(clock()))
+    redis.call('SET', key, struct.pack('<ddd', st.b, st.c, st.p), 'PX', (st.b + 2) * spec[3] - mfloor(clock()))
   end,
 } end

@@ -1,27 +1,35 @@
--- token_bucket: a = rate count, b = rate period ms, c = burst. One HASH (t = tokens,
--- s = time of the last refill); refilled from Redis time, never above burst.
-ALGOS.tb = function() return {
+-- token_bucket: a = rate count, b = rate period ms, c = burst. State: tokens t and the
+-- Redis time s of the last refill; refilled from Redis time, never above burst.
+ALGOS[TB] = function() return {
   load = function(key)
-    local h = redis.call('HMGET', key, 't', 's')
-    return {t = tonumber(h[1]), s = tonumber(h[2])}
+    local v = redis.call('GET', key)
+    if v then
+      local t, s = struct.unpack('<dd', v)
+      return {t = t, s = s}
+    end
+    return {}
   end,
-  step = function(st, spec, cost, commit)
+  take = function(st, spec, cost, count, commit)
     local t, burst = clock(), spec[4]
     local rate = spec[2] / spec[3]
     local tokens = burst
-    if st.t then tokens = math.min(burst, st.t + (t - st.s) * rate) end
+    if st.t then tokens = mmin(burst, st.t + (t - st.s) * rate) end
     if tokens + 1e-9 < cost then
-      return 0, floor(tokens), ceil((burst - tokens) / rate), math.max(1, ceil((cost - tokens) / rate))
+      return count, 0, floor(tokens), ceil((burst - tokens) / rate), mmax(1, ceil((cost - tokens) / rate)), 0, 0
     end
-    tokens = tokens - cost
+    -- Admitted while tokens last; their resets are evenly spaced only if a cost's
+    -- worth of tokens takes whole ms to come back, else one at a time.
+    local step, k, left = whole(cost * spec[3] / spec[2]), 1, tokens - cost
+    if step then
+      while k < count and left + 1e-9 >= cost do k, left = k + 1, left - cost end
+    end
     if commit then
-      st.t, st.s, st.dirty = tokens, t, true
+      st.t, st.s, st.dirty = left, t, true
     end
-    return 1, floor(tokens), ceil((burst - tokens) / rate), 0
+    return k, 1, floor(tokens - cost), ceil((burst - tokens + cost) / rate), 0, -cost, step or 0
   end,
   save = function(key, st, spec)
     local rate = spec[2] / spec[3]
-    redis.call('HSET', key, 't', string.format('%.6f', st.t), 's', string.format('%.3f', st.s))
-    redis.call('PEXPIRE', key, ceil((spec[4] - st.t) / rate) + 1)
+    redis.call('SET', key, struct.pack('<dd', st.t, st.s), 'PX', ceil((spec[4] - st.t) / rate) + 1)
   end,
 } end

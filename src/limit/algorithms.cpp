@@ -123,22 +123,24 @@ decision token_bucket(const config::limit_config& c, key_state& s, std::int64_t 
 decision gcra(const config::limit_config& c, key_state& s, std::int64_t now, std::uint64_t cost, bool commit) {
   const double t = static_cast<double>(c.rate_.per.count()) / static_cast<double>(c.rate_.count);  // ms per unit
   const double tolerance = t * static_cast<double>(c.burst);
-  const double n = static_cast<double>(now);
-  double tat = s.expires_at > now ? std::max(s.stamp, n) : n;
+  // Times relative to now. Absolute ones are near 1.7e12 ms, where doubles are 0.25 us
+  // apart, and TAT + T + T ... would drift enough to refuse a request that fits.
+  double tat = s.expires_at > now ? std::max(static_cast<double>(s.count - now) + s.stamp, 0.0) : 0.0;
   double new_tat = tat + t * static_cast<double>(cost);
   double allow_at = new_tat - tolerance;
   decision d;
   d.limit = c.burst;
-  if (n + 1e-9 < allow_at) {
+  if (allow_at > 1e-9) {
     d.allowed = false;
-    d.retry_ms = std::max<std::int64_t>(1, ceil_ms(allow_at - n));
-    d.remaining = static_cast<std::uint64_t>(std::max(0.0, std::floor((n - (tat - tolerance)) / t + 1e-9)));
-    d.reset_ms = ceil_ms(tat - n);
+    d.retry_ms = std::max<std::int64_t>(1, ceil_ms(allow_at));
+    d.remaining = static_cast<std::uint64_t>(std::max(0.0, std::floor((tolerance - tat) / t + 1e-9)));
+    d.reset_ms = ceil_ms(tat);
     return d;
   }
-  d.remaining = static_cast<std::uint64_t>(std::max(0.0, std::floor((n - (new_tat - tolerance)) / t + 1e-9)));
-  d.reset_ms = ceil_ms(new_tat - n);
+  d.remaining = static_cast<std::uint64_t>(std::max(0.0, std::floor((tolerance - new_tat) / t + 1e-9)));
+  d.reset_ms = ceil_ms(new_tat);
   if (commit) {
+    s.count = now;
     s.stamp = new_tat;
     s.expires_at = now + d.reset_ms + 1;
   }

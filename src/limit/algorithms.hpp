@@ -12,11 +12,13 @@ namespace fg::limit {
 // The in-memory twin of what the Lua scripts keep in Redis; time is in milliseconds.
 struct key_state {
   std::int64_t expires_at = 0;      // the whole key is gone at this time (like a Redis TTL)
-  std::int64_t count = 0;           // fixed_window: admitted cost; sliding_window: current bucket
+  std::int64_t count = 0;           // fixed_window: admitted cost; sliding_window: current bucket;
+                                    // gcra: the time its TAT is kept relative to
   std::int64_t previous = 0;        // sliding_window: previous bucket
   std::int64_t bucket = -1;         // sliding_window: index of the current bucket
   double tokens = 0;                // token_bucket
-  double stamp = 0;                 // token_bucket: last refill time; gcra: theoretical arrival time
+  double stamp = 0;                 // token_bucket: last refill time; gcra: theoretical arrival
+                                    // time (TAT), less `count`
   std::vector<std::int64_t> log;    // sliding_log: admission times, oldest first (one per unit of cost)
   std::vector<std::pair<std::uint64_t, std::int64_t>> leases;  // concurrency: (lease id, expiry)
 };

@@ -14,23 +14,35 @@
 namespace fg::limit {
 
 namespace {
-const char* code(config::algorithm a) {
+// The script's algorithm numbers (lua/prelude.lua).
+std::int64_t code(config::algorithm a) {
   switch (a) {
-    case config::algorithm::fixed_window: return "fw";
-    case config::algorithm::sliding_log: return "sl";
-    case config::algorithm::sliding_window: return "sw";
-    case config::algorithm::token_bucket: return "tb";
-    case config::algorithm::gcra: return "gcra";
-    case config::algorithm::concurrency: return "cc";
+    case config::algorithm::fixed_window: return 1;
+    case config::algorithm::sliding_log: return 2;
+    case config::algorithm::sliding_window: return 3;
+    case config::algorithm::token_bucket: return 4;
+    case config::algorithm::gcra: return 5;
+    case config::algorithm::concurrency: return 6;
   }
-  return "fw";
+  return 1;
 }
 
-void append_number(std::string& out, std::uint64_t v) {
+// The script's numbers, both ways, are little-endian 64-bit integers.
+void append_int(std::string& out, std::int64_t v) {
+  auto u = static_cast<std::uint64_t>(v);
+  char b[8];
+  for (int i = 0; i < 8; ++i) b[i] = static_cast<char>((u >> (8 * i)) & 0xff);
+  out.append(b, 8);
+}
+
+void append_count(std::string& out, std::size_t v) {
   char buf[24];
   auto r = std::to_chars(buf, buf + sizeof buf, v);
   redis::append_bulk(out, std::string_view(buf, static_cast<std::size_t>(r.ptr - buf)));
 }
+
+// A run: its length, then per limit allowed, remaining, reset, retry, d_remaining, d_reset.
+constexpr std::size_t per_limit = 6;
 
 }  // namespace
 
@@ -39,18 +51,18 @@ std::size_t script_call::spec_index(const check& c) {
     if (spec_ids_[i].first == c.cfg && spec_ids_[i].second == c.cost) return i + 1;
   spec_ids_.emplace_back(c.cfg, c.cost);
   const auto& l = *c.cfg;
-  redis::append_bulk(specs_, code(l.algo));
+  append_int(specs_, code(l.algo));
   if (config::rate_based(l)) {
-    append_number(specs_, l.rate_.count);
-    append_number(specs_, static_cast<std::uint64_t>(l.rate_.per.count()));
-    append_number(specs_, l.burst);
+    append_int(specs_, static_cast<std::int64_t>(l.rate_.count));
+    append_int(specs_, static_cast<std::int64_t>(l.rate_.per.count()));
+    append_int(specs_, static_cast<std::int64_t>(l.burst));
   } else {
-    append_number(specs_, l.limit);
-    append_number(specs_, static_cast<std::uint64_t>(l.window.count()));
-    append_number(specs_, 0);
+    append_int(specs_, static_cast<std::int64_t>(l.limit));
+    append_int(specs_, static_cast<std::int64_t>(l.window.count()));
+    append_int(specs_, 0);
   }
-  append_number(specs_, c.cost);
-  redis::append_bulk(specs_, l.shadow ? "1" : "0");
+  append_int(specs_, static_cast<std::int64_t>(c.cost));
+  append_int(specs_, l.shadow ? 1 : 0);
   return spec_ids_.size();
 }
 
@@ -60,9 +72,8 @@ std::size_t script_call::shape_index(std::span<const std::size_t> specs) {
   shape_ids_.emplace_back(specs.begin(), specs.end());
   shape_named_.push_back(
       std::ranges::any_of(specs, [&](std::size_t i) { return config::names_entries(*spec_ids_[i - 1].first); }));
-  append_number(shapes_, specs.size());
-  for (auto i : specs) append_number(shapes_, i);
-  shape_args_ += 1 + specs.size();
+  append_int(shapes_, static_cast<std::int64_t>(specs.size()));
+  for (auto i : specs) append_int(shapes_, static_cast<std::int64_t>(i));
   return shape_ids_.size();
 }
 
@@ -91,53 +102,76 @@ script_call::slot script_call::add(std::span<const check> checks, std::string_vi
 }
 
 std::pair<std::size_t, std::string> script_call::finish() {
-  std::string keys, per_entry;
-  std::size_t keys_count = 0, per_entry_args = 0, offset = 0;
-  for (auto& en : entries_) {
+  std::string keys, blob, nonces;
+  std::size_t keys_count = 0, nonce_count = 0;
+  blob.reserve(24 + specs_.size() + shapes_.size() + 16 * entries_.size());
+  append_int(blob, static_cast<std::int64_t>(entries_.size()));
+  append_int(blob, static_cast<std::int64_t>(spec_ids_.size()));
+  append_int(blob, static_cast<std::int64_t>(shape_ids_.size()));
+  blob += specs_;
+  blob += shapes_;
+  for (const auto& en : entries_) {
     for (const auto& c : en.checks) redis::append_bulk(keys, c.key);
     keys_count += en.checks.size();
-    append_number(per_entry, en.shape);
-    append_number(per_entry, en.count);
-    per_entry_args += 2;
+    append_int(blob, static_cast<std::int64_t>(en.shape));
+    append_int(blob, static_cast<std::int64_t>(en.count));
     if (shape_named_[en.shape - 1]) {
-      redis::append_bulk(per_entry, en.nonce);
-      ++per_entry_args;
+      redis::append_bulk(nonces, en.nonce);
+      ++nonce_count;
     }
-    en.offset = offset;
-    offset += en.count * en.checks.size();
   }
   std::string out;
-  out.reserve(keys.size() + specs_.size() + shapes_.size() + per_entry.size() + 64);
-  append_number(out, keys_count);
+  out.reserve(keys.size() + blob.size() + nonces.size() + 32);
+  append_count(out, keys_count);
   out += keys;
-  append_number(out, entries_.size());
-  append_number(out, spec_ids_.size());
-  append_number(out, shape_ids_.size());
-  out += specs_;
-  out += shapes_;
-  out += per_entry;
-  return {1 + keys_count + 3 + 6 * spec_ids_.size() + shape_args_ + per_entry_args, std::move(out)};
+  redis::append_bulk(out, blob);
+  out += nonces;
+  return {1 + keys_count + 1 + nonce_count, std::move(out)};
 }
 
-bool decode_reply(const redisReply* r, std::size_t offset, std::span<const check> checks, std::span<decision> out) {
-  // Per limit 4 little-endian 64-bit integers: allowed, remaining, reset_ms, retry_ms.
-  constexpr std::size_t width = 32;
-  if (!r || r->type != REDIS_REPLY_STRING || r->len < (offset + out.size()) * width) return false;
-  auto field = [&](std::size_t i, std::size_t j) {
-    const auto* p = reinterpret_cast<const unsigned char*>(r->str) + (offset + i) * width + j * 8;
-    std::uint64_t v = 0;
-    for (int b = 7; b >= 0; --b) v = (v << 8) | p[b];
-    return static_cast<std::int64_t>(v);
-  };
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    const auto& l = *checks[i].cfg;
-    out[i].allowed = field(i, 0) == 1;
-    out[i].limit = config::quota(l);
-    out[i].remaining = static_cast<std::uint64_t>(std::max<std::int64_t>(0, field(i, 1)));
-    out[i].reset_ms = field(i, 2);
-    out[i].retry_ms = field(i, 3);
+std::int64_t script_call::number(std::size_t i) const {
+  const auto* p = reply_ + i * 8;
+  std::uint64_t v = 0;
+  for (int b = 7; b >= 0; --b) v = (v << 8) | p[b];
+  return static_cast<std::int64_t>(v);
+}
+
+bool script_call::read(const redisReply* r) {
+  if (!r || r->type != REDIS_REPLY_STRING || r->len % 8 != 0) return false;
+  reply_ = reinterpret_cast<const unsigned char*>(r->str);
+  const std::size_t total = r->len / 8;
+  std::size_t at = 0;
+  for (auto& en : entries_) {
+    en.runs = at;
+    const std::size_t width = 1 + per_limit * en.checks.size();
+    for (std::size_t covered = 0; covered < en.count; at += width) {
+      if (at + width > total) return false;
+      auto len = number(at);
+      if (len < 1 || static_cast<std::size_t>(len) > en.count - covered) return false;
+      covered += static_cast<std::size_t>(len);
+    }
   }
-  return true;
+  return at == total;
+}
+
+void script_call::decisions(slot s, std::span<const check> checks, std::span<decision> out) const {
+  const auto& en = entries_[s.entry];
+  const std::size_t width = 1 + per_limit * checks.size();
+  // The run that holds this request, and its place in it (read() checked the runs).
+  std::size_t at = en.runs, j = s.ordinal;
+  for (auto len = static_cast<std::size_t>(number(at)); j >= len; len = static_cast<std::size_t>(number(at))) {
+    j -= len;
+    at += width;
+  }
+  const auto step = static_cast<std::int64_t>(j);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const std::size_t f = at + 1 + per_limit * i;
+    out[i].allowed = number(f) == 1;
+    out[i].limit = config::quota(*checks[i].cfg);
+    out[i].remaining = static_cast<std::uint64_t>(std::max<std::int64_t>(0, number(f + 1) + step * number(f + 4)));
+    out[i].reset_ms = number(f + 2) + step * number(f + 5);
+    out[i].retry_ms = number(f + 3);
+  }
 }
 
 std::string lease_member(std::string_view nonce, std::size_t index) {
@@ -185,10 +219,10 @@ void redis_batcher::flush() {
   auto [argc, args] = b->call.finish();
   ++flow_->in_flight;
   conn_->eval(argc, std::move(args), [b, ex = ex_, flow = flow_](boost::system::error_code ec, const redisReply* r) {
+    if (!ec && !b->call.read(r)) ec = redis::make_error_code(redis::errc::protocol);
     for (auto& w : b->waiters) {
       w.ec = ec;
-      if (!ec && !decode_reply(r, b->call.offset(w.slot), w.checks, w.out))
-        w.ec = redis::make_error_code(redis::errc::protocol);
+      if (!ec) b->call.decisions(w.slot, w.checks, w.out);
     }
     // The requests go on from the event loop, not from inside hiredis' callback.
     boost::asio::post(ex, [b] {

@@ -19,14 +19,15 @@ namespace fg::redis { class connection; }
 
 namespace fg::limit {
 
-// One call of the limiter script (lua/evaluate.lua) for many requests, in RESP form.
-// What requests share goes once per call: each limit's parameters (a spec), each list
-// of limits a request has (a shape), and the requests themselves when they are alike
-// (same shape, same keys, no nonce needed): one entry with a count, which the script
-// decides request after request exactly as if they had been sent one by one.
+// One call of the limiter script (lua/evaluate.lua) for many requests: its arguments,
+// and the reading of its reply. What requests share goes once per call: each limit's
+// parameters (a spec), each list of limits a request has (a shape), and the requests
+// themselves when they are alike (same shape, same keys, no nonce needed): one entry
+// with a count, which the script decides exactly as if they had been sent one by one,
+// and answers with runs of requests whose numbers move by a constant step.
 class script_call {
  public:
-  // Where a request's decisions are in the reply, once finish() has run.
+  // Where a request's decisions are in the reply: its entry and its place in it.
   struct slot {
     std::size_t entry, ordinal;
   };
@@ -34,8 +35,11 @@ class script_call {
   std::size_t requests() const { return requests_; }
   // The script's arguments (numkeys, KEYS, ARGV) as RESP bulk strings, and their count.
   std::pair<std::size_t, std::string> finish();
-  // After finish(): the offset, in limits, of the decisions of the request at `s`.
-  std::size_t offset(slot s) const { return entries_[s.entry].offset + s.ordinal * entries_[s.entry].checks.size(); }
+  // After finish(), on the script's reply: finds each entry's runs; false when the reply
+  // is not what the script returns for this call. The reply must outlive decisions().
+  bool read(const redisReply* r);
+  // After read(): the decisions of the request at `s` (whose checks are `checks`).
+  void decisions(slot s, std::span<const check> checks, std::span<decision> out) const;
 
  private:
   struct entry {
@@ -44,24 +48,21 @@ class script_call {
     std::string_view nonce;         // only for a shape that names entries (count 1)
     std::size_t hash;               // of the keys, to find alike requests quickly
     std::size_t count = 1;
-    std::size_t offset = 0;
+    std::size_t runs = 0;           // after read(): where its runs start, in numbers
   };
   std::size_t spec_index(const check& c);
   std::size_t shape_index(std::span<const std::size_t> specs);
+  std::int64_t number(std::size_t i) const;
 
-  std::string specs_, shapes_;
+  std::string specs_, shapes_;  // their parts of ARGV[1]
   std::vector<std::pair<const config::limit_config*, std::uint64_t>> spec_ids_;  // (limit, cost)
   std::vector<std::vector<std::size_t>> shape_ids_;
   std::vector<bool> shape_named_;
   std::vector<std::size_t> scratch_;
   std::vector<entry> entries_;
-  std::size_t requests_ = 0, shape_args_ = 0;
+  std::size_t requests_ = 0;
+  const unsigned char* reply_ = nullptr;
 };
-
-// Reads the decisions of `checks` from the script's reply (a string of 4 little-endian
-// 64-bit integers per limit), starting after `offset` limits; false when the reply is
-// not what the script returns.
-bool decode_reply(const redisReply* r, std::size_t offset, std::span<const check> checks, std::span<decision> out);
 
 // Batches the limit checks of concurrent requests on one worker into one script call,
 // so that Redis runs the script once for many requests: the requests that become

@@ -313,6 +313,18 @@ class RedisServer:
                              timeout=10)
         return out.stdout.strip()
 
+    def raw(self, *args):
+        """One command over a plain socket, for binary values: a bulk string's bytes (None if nil)."""
+        parts = [a if isinstance(a, bytes) else str(a).encode() for a in args]
+        cmd = f"*{len(parts)}\r\n".encode() + b"".join(f"${len(a)}\r\n".encode() + a + b"\r\n" for a in parts)
+        with socket.create_connection(("127.0.0.1", self.port), timeout=10) as s:
+            s.sendall(cmd)
+            f = s.makefile("rb")
+            head = f.readline()
+            assert head[:1] == b"$", head
+            n = int(head[1:])
+            return None if n < 0 else f.read(n + 2)[:-2]
+
     def stop(self):
         if self.proc.poll() is None:
             self.proc.kill()

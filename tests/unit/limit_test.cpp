@@ -487,6 +487,22 @@ TEST_CASE("gcra retry rounds up; cost > 1", "[limit]") {
   CHECK(eval(k, t, 300, 3).allowed);
 }
 
+TEST_CASE("gcra: a burst that fits exactly is admitted whole at today's clock, whatever T", "[limit]") {
+  // T = 333.3 ms, cost 2, burst 30: 15 fit at once. Near 1.7e12 ms the sum TAT + 2T + 2T
+  // ... rounds, and without slack the 15th came out a hair late and was refused.
+  auto c = rated(cfg::algorithm::gcra, 3, 1000, 30);
+  key_state s;
+  const std::int64_t now = 1'764'489'600'123;
+  int admitted = 0;
+  for (int i = 0; i < 20; ++i) admitted += eval(c, s, now, 2).allowed ? 1 : 0;
+  CHECK(admitted == 15);
+  auto d = eval(c, s, now, 2);
+  CHECK_FALSE(d.allowed);
+  CHECK(d.remaining == 0);
+  CHECK(d.retry_ms == 667);  // two emission intervals
+  CHECK(d.reset_ms == 10000);
+}
+
 // ---------------------------------------------------------------- concurrency
 
 TEST_CASE("concurrency: leases at once, release, expiry", "[limit]") {
@@ -922,6 +938,22 @@ std::string bulks(std::initializer_list<std::string_view> args) {
   for (auto a : args) fg::redis::append_bulk(out, a);
   return out;
 }
+
+// Little-endian 64-bit integers, as the script reads and answers them.
+std::string ints(std::initializer_list<std::int64_t> values) {
+  std::string out;
+  for (auto v : values)
+    for (int b = 0; b < 8; ++b) out += static_cast<char>((static_cast<std::uint64_t>(v) >> (8 * b)) & 0xff);
+  return out;
+}
+
+redisReply string_reply(std::string& bytes) {
+  redisReply r{};
+  r.type = REDIS_REPLY_STRING;
+  r.str = bytes.data();
+  r.len = bytes.size();
+  return r;
+}
 }  // namespace
 
 TEST_CASE("script_call: specs and shapes once per call, alike requests as one entry, a nonce only if needed",
@@ -941,62 +973,65 @@ TEST_CASE("script_call: specs and shapes once per call, alike requests as one en
   auto s5 = call.add(other_fw, "n5");  // same shape, another key: its own entry
   auto s6 = call.add(fw_sl, "n6");     // alike n2 but named: its own entry
   REQUIRE(call.requests() == 6);
+  CHECK((s1.entry == 0 && s1.ordinal == 0 && s3.entry == 0 && s3.ordinal == 1));
+  CHECK((s2.entry == 1 && s4.entry == 2 && s5.entry == 3 && s6.entry == 4));
   auto [argc, args] = call.finish();
-  auto expected = bulks({"8", "k:a", "k:a", "k:b", "k:a", "k:c", "k:a2", "k:a", "k:b",  // numkeys, KEYS
-                         "5", "3", "3",                                 // entries, specs, shapes
-                         "fw", "100", "60000", "0", "1", "0",           // spec 1
-                         "sl", "5", "1000", "0", "1", "0",              // spec 2
-                         "gcra", "10", "1000", "20", "2", "1",          // spec 3: rate, burst, cost, shadow
-                         "1", "1", "2", "1", "2", "2", "1", "3",        // shapes {1}, {1,2}, {1,3}
-                         "1", "2", "2", "1", "n2", "3", "1", "1", "1", "2", "1", "n6"});  // entries
+  auto blob = ints({5, 3, 3,                   // entries, specs, shapes
+                    1, 100, 60000, 0, 1, 0,    // spec 1: fixed_window
+                    2, 5, 1000, 0, 1, 0,       // spec 2: sliding_log
+                    5, 10, 1000, 20, 2, 1,     // spec 3: gcra rate, burst, cost, shadow
+                    1, 1, 2, 1, 2, 2, 1, 3,    // shapes {1}, {1,2}, {1,3}
+                    1, 2, 2, 1, 3, 1, 1, 1, 2, 1});  // entries: shape, count
+  auto expected = bulks({"8", "k:a", "k:a", "k:b", "k:a", "k:c", "k:a2", "k:a", "k:b", blob, "n2", "n6"});
   CHECK(args == expected);
-  CHECK(argc == 1 + 8 + 3 + 18 + 8 + 12);
-  // decisions, in limits: n1 and n3 share entry 0 (1 limit each), then n2 (2), n4 (2), n5 (1), n6 (2)
-  CHECK(call.offset(s1) == 0);
-  CHECK(call.offset(s3) == 1);
-  CHECK(call.offset(s2) == 2);
-  CHECK(call.offset(s4) == 4);
-  CHECK(call.offset(s5) == 6);
-  CHECK(call.offset(s6) == 7);
+  CHECK(argc == 1 + 8 + 1 + 2);
 }
 
-TEST_CASE("decode_reply: 4 little-endian int64 per check, the limit from the config, anything else refused",
+TEST_CASE("script_call reads runs: a constant step per request, the limit from the config, anything else refused",
           "[limit]") {
   auto fw = windowed(cfg::algorithm::fixed_window, 100, 60000);
   auto tb = rated(cfg::algorithm::token_bucket, 1, 1000, 7);
-  std::vector<fg::limit::check> checks{{&fw, "a", 1}, {&tb, "b", 1}};
-  std::string bytes;
-  for (std::int64_t v : std::initializer_list<std::int64_t>{1, 99, 60000, 0, 0, 0, 800, 5000000000}) {
-    for (int b = 0; b < 8; ++b) bytes += static_cast<char>((static_cast<std::uint64_t>(v) >> (8 * b)) & 0xff);
+  std::vector<fg::limit::check> one_fw{{&fw, "a", 1}}, two{{&fw, "a", 1}, {&tb, "b", 1}};
+  fg::limit::script_call call;
+  std::vector<fg::limit::script_call::slot> alike;
+  for (int i = 0; i < 4; ++i) alike.push_back(call.add(one_fw, ""));
+  auto multi = call.add(two, "");
+  call.finish();
+  // entry 0: a run of 3 admitted (remaining 99, 98, 97; reset +10 each), then 1 denied;
+  // entry 1: one run of one request, two limits
+  auto bytes = ints({3, 1, 99, 60000, 0, -1, 10,
+                     1, 0, 0, 500, 500, 0, 0,
+                     1, 1, 96, 60000, 0, 0, 0, 0, 0, 800, 5000000000, 0, 0});
+  auto r = string_reply(bytes);
+  REQUIRE(call.read(&r));
+  std::vector<decision> out(1);
+  call.decisions(alike[0], one_fw, out);
+  CHECK((out[0].allowed && out[0].limit == 100 && out[0].remaining == 99 && out[0].reset_ms == 60000 &&
+         out[0].retry_ms == 0));
+  call.decisions(alike[2], one_fw, out);
+  CHECK((out[0].allowed && out[0].remaining == 97 && out[0].reset_ms == 60020));
+  call.decisions(alike[3], one_fw, out);
+  CHECK((!out[0].allowed && out[0].remaining == 0 && out[0].reset_ms == 500 && out[0].retry_ms == 500));
+  std::vector<decision> both(2);
+  call.decisions(multi, two, both);
+  CHECK((both[0].allowed && both[0].remaining == 96));
+  CHECK_FALSE(both[1].allowed);
+  CHECK(both[1].limit == 7);  // rate-based: the burst
+  CHECK(both[1].reset_ms == 800);
+  CHECK(both[1].retry_ms == 5000000000);  // wider than 32 bits
+
+  // runs that do not cover the entry, overrun it, are cut short, or a wrong type: refused
+  for (auto bad : {ints({3, 1, 99, 60000, 0, -1, 10, 1, 1, 96, 60000, 0, 0, 0, 0, 0, 800, 5000000000, 0, 0}),
+                   ints({5, 1, 99, 60000, 0, -1, 10, 1, 1, 96, 60000, 0, 0, 0, 0, 0, 800, 5000000000, 0, 0}),
+                   ints({0, 1, 99, 60000, 0, -1, 10, 4, 0, 0, 500, 500, 0, 0}),
+                   bytes.substr(0, bytes.size() - 1), bytes.substr(0, bytes.size() - 8), bytes + ints({1})}) {
+    auto br = string_reply(bad);
+    CHECK_FALSE(call.read(&br));
   }
-  redisReply str{};
-  str.type = REDIS_REPLY_STRING;
-  str.str = bytes.data();
-  str.len = bytes.size();
-  std::vector<decision> out(2);
-  REQUIRE(fg::limit::decode_reply(&str, 0, checks, out));
-  CHECK(out[0].allowed);
-  CHECK(out[0].limit == 100);
-  CHECK(out[0].remaining == 99);
-  CHECK(out[0].reset_ms == 60000);
-  CHECK(out[0].retry_ms == 0);
-  CHECK_FALSE(out[1].allowed);
-  CHECK(out[1].limit == 7);  // rate-based: the burst
-  CHECK(out[1].reset_ms == 800);
-  CHECK(out[1].retry_ms == 5000000000);  // wider than 32 bits
-  // the second request of a batch starts after the first one's limits
-  std::vector<decision> one(1);
-  REQUIRE(fg::limit::decode_reply(&str, 1, std::span(checks).subspan(1), one));
-  CHECK(one[0].retry_ms == 5000000000);
-  // too short, another type, an error, nothing: refused
-  CHECK_FALSE(fg::limit::decode_reply(&str, 1, checks, out));
-  str.len -= 1;
-  CHECK_FALSE(fg::limit::decode_reply(&str, 0, checks, out));
-  str.len += 1;
-  str.type = REDIS_REPLY_ARRAY;
-  CHECK_FALSE(fg::limit::decode_reply(&str, 0, checks, out));
+  r.type = REDIS_REPLY_ARRAY;
+  CHECK_FALSE(call.read(&r));
   redisReply err{};
   err.type = REDIS_REPLY_ERROR;
-  CHECK_FALSE(fg::limit::decode_reply(&err, 0, checks, out));
-  CHECK_FALSE(fg::limit::decode_reply(nullptr, 0, checks, out));
+  CHECK_FALSE(call.read(&err));
+  CHECK_FALSE(call.read(nullptr));
 }
