@@ -16,21 +16,27 @@
 -- (from 0) has remaining + j*d_remaining and reset_ms + j*d_reset. One string instead
 -- of an array of integers spares both sides a reply object per number.
 local KEYS, ARGV = KEYS, ARGV
-local v = {}
+local v
 do
   -- Read in chunks: struct.unpack returns its values on the Lua stack, which is bounded.
-  local blob, at = ARGV[1], 1
+  local blob = ARGV[1]
   local left = #blob / 8
-  while left > 0 do
-    local n = mmin(left, 1024)
-    local chunk = {struct.unpack('<' .. string.rep('i8', n), blob, at)}
-    at = chunk[n + 1]
-    for i = 1, n do v[#v + 1] = chunk[i] end
-    left = left - n
+  if left <= 1024 then
+    v = {struct.unpack('<' .. string.rep('i8', left), blob)}
+  else
+    v = {}
+    local at = 1
+    while left > 0 do
+      local n = mmin(left, 1024)
+      local chunk = {struct.unpack('<' .. string.rep('i8', n), blob, at)}
+      at = chunk[n + 1]
+      for i = 1, n do v[#v + 1] = chunk[i] end
+      left = left - n
+    end
   end
 end
 
-local specs, shapes, states, touched, algos = {}, {}, {}, {}, {}
+local specs, shapes, states, algos = {}, {}, {}, {}
 local at = 4
 for s = 1, v[2] do
   local code = v[at]
@@ -60,7 +66,6 @@ local function state(key, spec)
     st = spec[1].load(key, spec)
     st.key, st.spec = key, spec
     states[key] = st
-    touched[#touched + 1] = st
   end
   return st
 end
@@ -112,11 +117,11 @@ for _ = 1, v[1] do
   end
   key_at = key_at + k
 end
-for i = 1, #touched do
-  local st = touched[i]
-  if st.dirty then st.spec[1].save(st.key, st, st.spec) end
+for key, st in pairs(states) do
+  if st.dirty then st.spec[1].save(key, st, st.spec) end
 end
 -- Packed in one C call per 1024 numbers (unpack's stack is bounded).
+if #out <= 1024 then return struct.pack('<' .. string.rep('i8', #out), unpack(out)) end
 local parts = {}
 for first = 1, #out, 1024 do
   local last = mmin(#out, first + 1023)
