@@ -2,7 +2,10 @@
 """floodgate vs nginx plain proxy, same machine, one run. See bench/run.sh.
 
 Runs: nginx (plain proxy_pass), floodgate (no limit), fg+redis (a per-IP Redis limit
-on every request, never reached), fg flood (one client far past its Redis limit)."""
+on every request, never reached; redis-server on the client's core, as Redis on its own
+host: the proxy's core does not pay for it), fg+redis 1core (the same with redis-server
+on the servers' core, the harshest case: the proxy's core pays for Redis too), fg flood
+(one client far past its Redis limit)."""
 import os
 import random
 import re
@@ -22,10 +25,6 @@ SECONDS = int(sys.argv[1]) if len(sys.argv) > 1 else 10
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
 CONNECTIONS = [64, 256]
 CLIENT_CORE, SERVER_CORE = ("0", "1") if os.cpu_count() >= 2 else ("0", "0")
-# Where redis-server runs: with the servers (default; the gateway's core pays for Redis
-# too, the harshest case) or, with FG_BENCH_REDIS=client, beside wrk, as Redis on
-# another host would be in production.
-REDIS_CORE = CLIENT_CORE if os.environ.get("FG_BENCH_REDIS") == "client" else SERVER_CORE
 
 
 def free_port():
@@ -72,6 +71,7 @@ def start_floodgate(work, port, upstream_port, redis_port):
     # One process, three routes: no limit; a per-IP Redis limit high enough that nothing
     # is denied; and a per-IP Redis limit that a flood is far past (answered from the
     # local deny cache).
+    work.mkdir()
     conf = work / "floodgate.yaml"
     conf.write_text(f"""listen: "127.0.0.1:{port}"
 workers: 1
@@ -156,30 +156,38 @@ def main():
         if not shutil.which(tool):
             sys.exit(f"{tool} not found: run bench/run.sh (it installs it)")
     work = Path(tempfile.mkdtemp(prefix="fg-bench-"))
-    up_port, nginx_port, fg_port, redis_port = free_port(), free_port(), free_port(), free_port()
-    procs = []
+    up_port, nginx_port, fg_port, fg1_port = free_port(), free_port(), free_port(), free_port()
+    # Two redis-servers, one per placement, each with its own floodgate.
+    redis_ports = {CLIENT_CORE: free_port(), SERVER_CORE: free_port()}
+    procs, redis_pids = [], {}
     try:
-        procs.append(subprocess.Popen(["taskset", "-c", REDIS_CORE, "redis-server", "--port", str(redis_port),
-                                       "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        wait_port(redis_port)
+        for core, port in redis_ports.items():
+            r = subprocess.Popen(["taskset", "-c", core, "redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                                  "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+            procs.append(r)
+            redis_pids[core] = r.pid
+            wait_port(port)
         procs.append(nginx(work, "origin", f'listen 127.0.0.1:{up_port} backlog=4096; location / {{ return 200 "ok\\n"; }}'))
         proxy = nginx(work, "proxy",
                            f"listen 127.0.0.1:{nginx_port} backlog=4096; location / {{ proxy_pass http://origin; "
                            'proxy_http_version 1.1; proxy_set_header Connection ""; }',
                            f"upstream origin {{ server 127.0.0.1:{up_port}; keepalive 1024; keepalive_requests 100000000; }}")
         procs.append(proxy)
-        fg = start_floodgate(work, fg_port, up_port, redis_port)
-        procs.append(fg)
-        for p in (up_port, nginx_port, fg_port):
+        fg = start_floodgate(work / "fg", fg_port, up_port, redis_ports[CLIENT_CORE])
+        fg1 = start_floodgate(work / "fg1", fg1_port, up_port, redis_ports[SERVER_CORE])
+        procs += [fg, fg1]
+        for p in (up_port, nginx_port, fg_port, fg1_port):
             wait_port(p)
         time.sleep(0.2)
-        redis_pid = procs[0].pid
-        proxy_pids = {"nginx": children(proxy.pid) or [proxy.pid]}
-        targets = {"nginx": (nginx_port, "/"), "floodgate": (fg_port, "/"), "fg+redis": (fg_port, "/limited"),
-                   "fg flood": (fg_port, "/flood")}
+        proxy_pids = {"nginx": children(proxy.pid) or [proxy.pid], "fg+redis 1core": [fg1.pid]}
+        # name: (port, path, the redis-server it uses)
+        targets = {"nginx": (nginx_port, "/", CLIENT_CORE), "floodgate": (fg_port, "/", CLIENT_CORE),
+                   "fg+redis": (fg_port, "/limited", CLIENT_CORE),
+                   "fg+redis 1core": (fg1_port, "/limited", SERVER_CORE),
+                   "fg flood": (fg_port, "/flood", CLIENT_CORE)}
         # warm-up: fill the upstream pools
-        for name, (port, path) in targets.items():
+        for name, (port, path, _) in targets.items():
             wrk(port, 256, 2, path, expect_errors=True)
         # Paired rounds: each round runs every target once per connection count, back to
         # back in a shuffled order, and each ratio is taken against nginx in the same round.
@@ -193,15 +201,16 @@ def main():
         results, ratios = {}, {}
         total = sum(len(r) for r in runs)
         print(f"{ROUNDS} rounds of {total // ROUNDS} runs of {SECONDS}s; wrk on core {CLIENT_CORE}, servers on core "
-              f"{SERVER_CORE}, redis-server on core {REDIS_CORE}")
+              f"{SERVER_CORE}")
         commands, cpu = {}, {}
         i = 0
         for group in runs:
             got = {}
             for name, c in group:
                 i += 1
-                port, path = targets[name]
+                port, path, core = targets[name]
                 pids = proxy_pids.get(name, [fg.pid])
+                redis_port, redis_pid = redis_ports[core], redis_pids[core]
                 before = redis_calls(redis_port)
                 cpu_before = cpu_seconds(pids), cpu_seconds([redis_pid])
                 r = wrk(port, c, SECONDS, path, expect_errors=name == "fg flood")
@@ -213,7 +222,7 @@ def main():
                 cpu.setdefault((name, c), []).append((proxy_us, redis_us))
                 results.setdefault((name, c), []).append(r)
                 got[name] = r
-                print(f"  [{i:2}/{total}] {name:9} c={c:<3} {r[0]:10.0f} req/s  p50 {r[1]:6.2f} ms  p99 {r[2]:6.2f} ms"
+                print(f"  [{i:2}/{total}] {name:14} c={c:<3} {r[0]:10.0f} req/s  p50 {r[1]:6.2f} ms  p99 {r[2]:6.2f} ms"
                       f"  redis cmds/req {per_req:.4f}  cpu/req: proxy {proxy_us:5.1f} us, redis {redis_us:4.1f} us")
             for name, r in got.items():
                 ratios.setdefault((name, c), []).append((r[0] / got["nginx"][0], r[2] / got["nginx"][2]))
@@ -221,7 +230,7 @@ def main():
         print()
         print("medians over rounds; ratios are per round against nginx plain proxy at the same connection count,")
         print("then the median (and the lowest, highest) of those")
-        print(f"{'run':>10} {'conns':>5} | {'req/s':>9} {'p50':>8} {'p99':>8} | {'req/s ratio':>11} {'(min..max)':>12} "
+        print(f"{'run':>14} {'conns':>5} | {'req/s':>9} {'p50':>8} {'p99':>8} | {'req/s ratio':>11} {'(min..max)':>12} "
               f"{'p99 ratio':>9} | {'redis cmds/req':>14} | {'proxy us/req':>12} {'redis us/req':>12}")
         for c in CONNECTIONS:
             for name in targets:
@@ -229,7 +238,7 @@ def main():
                 f = tuple(statistics.median(x[k] for x in rs) for k in range(3))
                 rr = [x[0] for x in ratios[(name, c)]]
                 pr = statistics.median(x[1] for x in ratios[(name, c)])
-                print(f"{name:>10} {c:>5} | {f[0]:>9.0f} {f[1]:>6.2f}ms {f[2]:>6.2f}ms | {statistics.median(rr):>10.2f}x "
+                print(f"{name:>14} {c:>5} | {f[0]:>9.0f} {f[1]:>6.2f}ms {f[2]:>6.2f}ms | {statistics.median(rr):>10.2f}x "
                       f"({min(rr):.2f}..{max(rr):.2f}) {pr:>8.2f}x | {statistics.median(commands[(name, c)]):>14.4f} | "
                       f"{statistics.median(x[0] for x in cpu[(name, c)]):>12.1f} {statistics.median(x[1] for x in cpu[(name, c)]):>12.1f}")
         print(f"floodgate peak RSS: {rss / 1024:.1f} MiB")

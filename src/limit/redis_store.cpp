@@ -234,8 +234,10 @@ void redis_batcher::flush() {
 }
 
 void redis_batcher::schedule_flush() {
-  // One call in flight at a time: what arrives meanwhile waits for its answer and
-  // goes in the next call, so calls grow with the load instead of multiplying.
+  // At most two calls in flight: past that, what arrives waits for an answer and goes
+  // in the next call, so calls grow with the load instead of multiplying. With one,
+  // a request waited for the call in flight and then its own, and the worker idled
+  // meanwhile: at 64 connections the median of paired rounds went 0.90x -> 1.00x nginx.
   if (flush_posted_ || flow_->in_flight >= max_in_flight || !current_ || current_->waiters.empty()) return;
   flush_posted_ = true;
   // At the end of this turn of the event loop: every request that becomes ready in

@@ -66,9 +66,9 @@ class script_call {
 
 // Batches the limit checks of concurrent requests on one worker into one script call,
 // so that Redis runs the script once for many requests: the requests that become
-// ready in one turn of the event loop, or while the previous call is in flight (one
-// at a time), up to `max_batch` (a full batch goes at once). Each request's limits
-// stay atomic in the script. Per worker.
+// ready in one turn of the event loop, or while two calls are in flight, up to
+// `max_batch` (a full batch goes at once). Each request's limits stay atomic in the
+// script. Per worker.
 class redis_batcher {
  public:
   redis_batcher(boost::asio::any_io_executor ex, std::shared_ptr<redis::connection> c, std::size_t max_batch = 128);
@@ -86,7 +86,7 @@ class redis_batcher {
     redis_batcher* owner = nullptr;
     unsigned in_flight = 0;
   };
-  static constexpr unsigned max_in_flight = 1;
+  static constexpr unsigned max_in_flight = 2;
   void flush();
   void schedule_flush();
 
