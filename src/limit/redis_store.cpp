@@ -4,6 +4,7 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/endian/conversion.hpp>
 #include <hiredis/hiredis.h>
 
 #include <algorithm>
@@ -29,10 +30,9 @@ std::int64_t code(config::algorithm a) {
 
 // The script's numbers, both ways, are little-endian 64-bit integers.
 void append_int(std::string& out, std::int64_t v) {
-  auto u = static_cast<std::uint64_t>(v);
-  char b[8];
-  for (int i = 0; i < 8; ++i) b[i] = static_cast<char>((u >> (8 * i)) & 0xff);
-  out.append(b, 8);
+  unsigned char b[8];
+  boost::endian::endian_store<std::int64_t, 8, boost::endian::order::little>(b, v);
+  out.append(reinterpret_cast<const char*>(b), 8);
 }
 
 void append_count(std::string& out, std::size_t v) {
@@ -130,10 +130,7 @@ std::pair<std::size_t, std::string> script_call::finish() {
 }
 
 std::int64_t script_call::number(std::size_t i) const {
-  const auto* p = reply_ + i * 8;
-  std::uint64_t v = 0;
-  for (int b = 7; b >= 0; --b) v = (v << 8) | p[b];
-  return static_cast<std::int64_t>(v);
+  return boost::endian::endian_load<std::int64_t, 8, boost::endian::order::little>(reply_ + i * 8);
 }
 
 bool script_call::read(const redisReply* r) {
