@@ -21,8 +21,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 FLOODGATE = os.environ.get("FLOODGATE_BIN", str(ROOT / "build" / "src" / "floodgate"))
-SECONDS = int(sys.argv[1]) if len(sys.argv) > 1 else 10
-ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+SECONDS = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 6
 CONNECTIONS = [64, 256]
 CLIENT_CORE, SERVER_CORE = ("0", "1") if os.cpu_count() >= 2 else ("0", "0")
 
@@ -189,15 +189,21 @@ def main():
         # warm-up: fill the upstream pools
         for name, (port, path, _) in targets.items():
             wrk(port, 256, 2, path, expect_errors=True)
-        # Paired rounds: each round runs every target once per connection count, back to
-        # back in a shuffled order, and each ratio is taken against nginx in the same round.
-        # The machine's speed drifts by ±20% over minutes; within a round it does not.
+        # Bracketed runs: each run of a floodgate target sits between two nginx runs at the
+        # same connection count, and its ratio is taken against their mean. This machine's
+        # speed moves by up to +-40% from one few-second stretch to the next (the same
+        # binary, back to back), so only runs seconds apart are compared, and any steady
+        # drift cancels out. Each round shuffles the targets.
+        others = [name for name in targets if name != "nginx"]
         runs = []
         for _ in range(ROUNDS):
             for c in CONNECTIONS:
-                order = list(targets)
+                order = others[:]
                 random.shuffle(order)
-                runs.append([(name, c) for name in order])
+                seq = ["nginx"]
+                for name in order:
+                    seq += [name, "nginx"]
+                runs.append([(name, c) for name in seq])
         results, ratios = {}, {}
         total = sum(len(r) for r in runs)
         print(f"{ROUNDS} rounds of {total // ROUNDS} runs of {SECONDS}s; wrk on core {CLIENT_CORE}, servers on core "
@@ -205,7 +211,7 @@ def main():
         commands, cpu = {}, {}
         i = 0
         for group in runs:
-            got = {}
+            got = []
             for name, c in group:
                 i += 1
                 port, path, core = targets[name]
@@ -221,23 +227,26 @@ def main():
                 commands.setdefault((name, c), []).append(per_req)
                 cpu.setdefault((name, c), []).append((proxy_us, redis_us))
                 results.setdefault((name, c), []).append(r)
-                got[name] = r
-                print(f"  [{i:2}/{total}] {name:14} c={c:<3} {r[0]:10.0f} req/s  p50 {r[1]:6.2f} ms  p99 {r[2]:6.2f} ms"
+                got.append((name, r))
+                print(f"  [{i:3}/{total}] {name:14} c={c:<3} {r[0]:10.0f} req/s  p50 {r[1]:6.2f} ms  p99 {r[2]:6.2f} ms"
                       f"  redis cmds/req {per_req:.4f}  cpu/req: proxy {proxy_us:5.1f} us, redis {redis_us:4.1f} us")
-            for name, r in got.items():
-                ratios.setdefault((name, c), []).append((r[0] / got["nginx"][0], r[2] / got["nginx"][2]))
+            for k in range(1, len(got), 2):
+                name, r = got[k]
+                rps = (got[k - 1][1][0] + got[k + 1][1][0]) / 2
+                p99 = (got[k - 1][1][2] + got[k + 1][1][2]) / 2
+                ratios.setdefault((name, c), []).append((r[0] / rps, r[2] / p99))
         rss = peak_rss_kib(fg.pid)
         print()
-        print("medians over rounds; ratios are per round against nginx plain proxy at the same connection count,")
-        print("then the median (and the lowest, highest) of those")
+        print("medians over rounds; each ratio is against the mean of the two nginx plain proxy runs around it")
+        print("(same connection count), then the median (and the lowest, highest) of those")
         print(f"{'run':>14} {'conns':>5} | {'req/s':>9} {'p50':>8} {'p99':>8} | {'req/s ratio':>11} {'(min..max)':>12} "
               f"{'p99 ratio':>9} | {'redis cmds/req':>14} | {'proxy us/req':>12} {'redis us/req':>12}")
         for c in CONNECTIONS:
             for name in targets:
                 rs = results[(name, c)]
                 f = tuple(statistics.median(x[k] for x in rs) for k in range(3))
-                rr = [x[0] for x in ratios[(name, c)]]
-                pr = statistics.median(x[1] for x in ratios[(name, c)])
+                rr = [x[0] for x in ratios.get((name, c), [(1.0, 1.0)])]
+                pr = statistics.median(x[1] for x in ratios.get((name, c), [(1.0, 1.0)]))
                 print(f"{name:>14} {c:>5} | {f[0]:>9.0f} {f[1]:>6.2f}ms {f[2]:>6.2f}ms | {statistics.median(rr):>10.2f}x "
                       f"({min(rr):.2f}..{max(rr):.2f}) {pr:>8.2f}x | {statistics.median(commands[(name, c)]):>14.4f} | "
                       f"{statistics.median(x[0] for x in cpu[(name, c)]):>12.1f} {statistics.median(x[1] for x in cpu[(name, c)]):>12.1f}")
