@@ -265,14 +265,13 @@ void session::log_request(unsigned status) {
   log->write(r);
 }
 
-asio::awaitable<session::outcome> session::handle() {
+session::verdict session::prepare(std::string_view& expect, bool& has_expect) {
   const auto& req = parser_->get();
   const auto& cfg = *rt_->cfg;
   request_id_.clear();
   client_key_.clear();
   // One pass over the fields for what this function needs (each find() is a tree walk).
-  std::string_view host, expect, incoming_id;
-  bool has_expect = false;
+  std::string_view host, incoming_id;
   has_upgrade_ = false;
   for (const auto& f : req) {
     switch (f.name()) {
@@ -293,13 +292,13 @@ asio::awaitable<session::outcome> session::handle() {
   auto framing = check_request_framing(req.base(), why);
   if (!framing) {
     spdlog::debug("{}: rejected request: {}", peer_str_, why);
-    co_return co_await send_local(400, false);
+    return {400, false, {}};
   }
   framing_ = *framing;
   bool has_body = framing_.type != body_framing::kind::none;
-  if (!routing::normalize_target_path(req.target(), path_)) co_return co_await send_local(400, false);
+  if (!routing::normalize_target_path(req.target(), path_)) return {400, false, {}};
   if (cfg.http.max_body_bytes && framing_.type == body_framing::kind::length && framing_.length > cfg.http.max_body_bytes)
-    co_return co_await send_local(413, false);
+    return {413, false, {}};
 
   // Absolute-form ("GET http://host/x"): its authority is the host (RFC 9112 §3.2.2),
   // and upstream gets origin-form with a Host to match, so both see one host.
@@ -307,14 +306,14 @@ asio::awaitable<session::outcome> session::handle() {
   abs_target_.clear();
   if (req.target().front() != '/') {
     auto u = boost::urls::parse_absolute_uri(req.target());
-    if (!u || u->encoded_host().empty()) co_return co_await send_local(400, false);
+    if (!u || u->encoded_host().empty()) return {400, false, {}};
     abs_host_.assign(u->encoded_host_and_port().data(), u->encoded_host_and_port().size());
     abs_target_.assign(u->encoded_target().data(), u->encoded_target().size());
     if (abs_target_.empty() || abs_target_.front() != '/') abs_target_.insert(0, "/");
     host = abs_host_;
   }
   route_ = rt_->routes.match(host, req.method_string(), path_);
-  if (route_ < 0) co_return co_await send_local(404, parser_->keep_alive() && !has_body, "{\"error\":\"no route\"}\n");
+  if (route_ < 0) return {404, parser_->keep_alive() && !has_body, "{\"error\":\"no route\"}\n"};
 
   // Identity: the peer unless it is a trusted proxy (then its forwarding headers).
   peer_trusted_ = rt_->client_ip.is_trusted(peer_);
@@ -336,9 +335,20 @@ asio::awaitable<session::outcome> session::handle() {
     client_key_ = peer_key_;
   }
 
+  return {};
+}
+
+asio::awaitable<session::outcome> session::handle() {
+  std::string_view expect;
+  bool has_expect = false;
+  auto v = prepare(expect, has_expect);
+  if (v.status) co_return co_await send_local(v.status, v.keep_alive, v.body);
+  const auto& req = parser_->get();
+  const auto& route = rt_->cfg->routes[static_cast<std::size_t>(route_)];
+  const bool has_body = framing_.type != body_framing::kind::none;
   rate_headers_.clear();
-  if (!cfg.routes[static_cast<std::size_t>(route_)].limits.empty()) {
-    auto answered = co_await apply_limits(cfg.routes[static_cast<std::size_t>(route_)]);
+  if (!route.limits.empty()) {
+    auto answered = co_await apply_limits(route);
     if (answered) co_return *answered;
   }
 

@@ -55,6 +55,16 @@ class session {
 
   asio::awaitable<outcome> read_head(bool first);
   asio::awaitable<outcome> handle();
+  // What handle() settles before any I/O: a local answer (a status, with its
+  // keep-alive and body) or, with status 0, on to the limits and upstream. A plain
+  // function, so that its locals stay out of handle()'s coroutine frame: Asio recycles
+  // frames only up to about 1 KiB, and a larger one costs an allocation per request.
+  struct verdict {
+    unsigned status = 0;
+    bool keep_alive = false;
+    std::string_view body;
+  };
+  verdict prepare(std::string_view& expect, bool& has_expect);
   asio::awaitable<outcome> forward();
   // Evaluates the route's limits; returns an outcome when the request was answered here.
   asio::awaitable<std::optional<outcome>> apply_limits(const config::route_config& route);
