@@ -22,6 +22,7 @@
 #include "http/responses.hpp"
 #include "http/tunnel.hpp"
 #include "limit/memory_store.hpp"
+#include "limit/redis_store.hpp"
 #include "obs/access_log.hpp"
 #include "upstream/pool.hpp"
 
@@ -348,8 +349,13 @@ asio::awaitable<session::outcome> session::handle() {
   const bool has_body = framing_.type != body_framing::kind::none;
   rate_headers_.clear();
   if (!route.limits.empty()) {
-    auto answered = co_await apply_limits(route);
-    if (answered) co_return *answered;
+    auto step = begin_limits(route);
+    if (step == limits_step::ask_redis) {
+      auto [ec] = co_await ctx_.batcher->evaluate(checks_, nonce_, decisions_);
+      step = end_limits(route, ec);
+    }
+    if (step == limits_step::limited) co_return co_await send_limited(route, rate_headers_);
+    if (step == limits_step::unavailable) co_return co_await send_store_unavailable();
   }
 
   if (has_expect) {

@@ -66,8 +66,16 @@ class session {
   };
   verdict prepare(std::string_view& expect, bool& has_expect);
   asio::awaitable<outcome> forward();
-  // Evaluates the route's limits; returns an outcome when the request was answered here.
-  asio::awaitable<std::optional<outcome>> apply_limits(const config::route_config& route);
+  // The route's limits, in plain functions around the one wait for Redis, so that a
+  // limited request costs no coroutine frame of its own: begin_limits() builds the
+  // keys and answers from the memory store or the local deny cache, or asks for Redis;
+  // end_limits() takes Redis' answer (or error, under the route's on_store_error).
+  // go_on: forward; limited: answer 429 with rate_headers_; unavailable: answer 503.
+  enum class limits_step { go_on, ask_redis, limited, unavailable };
+  limits_step begin_limits(const config::route_config& route);
+  limits_step end_limits(const config::route_config& route, error_code ec);
+  limits_step decide_in_memory(const config::route_config& route);
+  limits_step decide(const config::route_config& route);
   void release_leases();
   asio::awaitable<outcome> send_limited(const config::route_config& route, std::string_view headers);
   asio::awaitable<outcome> send_store_unavailable();
@@ -113,6 +121,7 @@ class session {
   std::vector<limit::decision> decisions_;
   std::string rate_headers_;  // for the upstream's response (or the 429)
   std::uint64_t lease_ = 0;
+  std::int64_t limits_now_ = 0;  // the memory store's clock when the limits were asked
   bool leases_held_ = false;
   bool leases_in_redis_ = false;
   std::string nonce_;  // names this request's sliding_log entries and concurrency leases in Redis

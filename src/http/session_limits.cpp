@@ -24,7 +24,7 @@ std::optional<std::string_view> lookup_header(const void* ctx, std::string_view 
 }
 }  // namespace
 
-asio::awaitable<std::optional<session::outcome>> session::apply_limits(const config::route_config& route) {
+session::limits_step session::begin_limits(const config::route_config& route) {
   const auto& req = parser_->get();
   const auto& cfg = *rt_->cfg;
   limit::request_parts parts;
@@ -42,64 +42,66 @@ asio::awaitable<std::optional<session::outcome>> session::apply_limits(const con
     check_cfgs_.push_back(&l);
   }
   decisions_.assign(checks_.size(), limit::decision{});
-  if (checks_.empty()) co_return std::nullopt;
+  if (checks_.empty()) return limits_step::go_on;
   lease_ = ++ctx_.next_lease;
-  const auto now = limit::memory_store::now_ms();
-  bool use_memory = ctx_.redis == nullptr;
-  bool store_failed = false;
+  limits_now_ = limit::memory_store::now_ms();
   leases_in_redis_ = false;
-  if (!use_memory) {
-    // Known denials are answered here: a flood from one client costs Redis nothing.
-    bool cached = false;
-    for (std::size_t i = 0; i < checks_.size(); ++i) {
-      const auto& l = *check_cfgs_[i];
-      if (l.shadow || l.algo == config::algorithm::concurrency) continue;
-      if (auto until = ctx_.denies->denied_until(checks_[i].key, now)) {
-        decisions_[i] = {false, config::quota(l), 0, until - now, until - now};
-        cached = true;
-      }
-    }
-    if (cached) {
-      std::vector<const config::limit_config*> cfgs;
-      std::vector<limit::decision> ds;
-      for (std::size_t i = 0; i < checks_.size(); ++i)
-        if (!decisions_[i].allowed) cfgs.push_back(check_cfgs_[i]), ds.push_back(decisions_[i]);
-      limit::append_rate_headers(rate_headers_, route.response.headers, cfgs, ds, true);
-      co_return co_await send_limited(route, rate_headers_);
-    }
-    // A nonce only if a limit names Redis entries after the request.
-    nonce_.clear();
-    if (std::any_of(check_cfgs_.begin(), check_cfgs_.end(), [](auto* l) { return config::names_entries(*l); })) {
-      char buf[24];
-      auto end = std::to_chars(buf, buf + sizeof buf, lease_).ptr;
-      nonce_.assign(ctx_.nonce_prefix).append(buf, end);
-    }
-    auto [ec] = co_await ctx_.batcher->evaluate(checks_, nonce_, decisions_);
-    if (ec) {
-      store_failed = true;
-      log_store_error(route, ec.message());
-    } else {
-      leases_in_redis_ = true;
-      for (std::size_t i = 0; i < checks_.size(); ++i) {
-        const auto& l = *check_cfgs_[i];
-        if (!decisions_[i].allowed && !l.shadow && l.algo != config::algorithm::concurrency)
-          ctx_.denies->remember(checks_[i].key, now + decisions_[i].retry_ms);
-      }
+  if (ctx_.redis == nullptr) return decide_in_memory(route);
+  // Known denials are answered here: a flood from one client costs Redis nothing.
+  bool cached = false;
+  for (std::size_t i = 0; i < checks_.size(); ++i) {
+    const auto& l = *check_cfgs_[i];
+    if (l.shadow || l.algo == config::algorithm::concurrency) continue;
+    if (auto until = ctx_.denies->denied_until(checks_[i].key, limits_now_)) {
+      decisions_[i] = {false, config::quota(l), 0, until - limits_now_, until - limits_now_};
+      cached = true;
     }
   }
-  if (store_failed) {
+  if (cached) {
+    std::vector<const config::limit_config*> cfgs;
+    std::vector<limit::decision> ds;
+    for (std::size_t i = 0; i < checks_.size(); ++i)
+      if (!decisions_[i].allowed) cfgs.push_back(check_cfgs_[i]), ds.push_back(decisions_[i]);
+    limit::append_rate_headers(rate_headers_, route.response.headers, cfgs, ds, true);
+    return limits_step::limited;
+  }
+  // A nonce only if a limit names Redis entries after the request.
+  nonce_.clear();
+  if (std::any_of(check_cfgs_.begin(), check_cfgs_.end(), [](auto* l) { return config::names_entries(*l); })) {
+    char buf[24];
+    auto end = std::to_chars(buf, buf + sizeof buf, lease_).ptr;
+    nonce_.assign(ctx_.nonce_prefix).append(buf, end);
+  }
+  return limits_step::ask_redis;
+}
+
+session::limits_step session::end_limits(const config::route_config& route, error_code ec) {
+  if (ec) {
     // The store could not answer: the route's failure policy decides.
-    if (route.store_error == config::on_store_error::deny) co_return co_await send_store_unavailable();
-    if (route.store_error == config::on_store_error::allow) co_return std::nullopt;
-    use_memory = true;  // local: this instance enforces the same limits alone
+    log_store_error(route, ec.message());
+    if (route.store_error == config::on_store_error::deny) return limits_step::unavailable;
+    if (route.store_error == config::on_store_error::allow) return limits_step::go_on;
+    return decide_in_memory(route);  // local: this instance enforces the same limits alone
   }
-  if (use_memory) {
-    auto r = ctx_.memory->evaluate(checks_, decisions_, now, lease_);
-    if (r != limit::memory_store::result::ok) {
-      if (route.store_error == config::on_store_error::deny) co_return co_await send_store_unavailable();
-      co_return std::nullopt;
-    }
+  leases_in_redis_ = true;
+  for (std::size_t i = 0; i < checks_.size(); ++i) {
+    const auto& l = *check_cfgs_[i];
+    if (!decisions_[i].allowed && !l.shadow && l.algo != config::algorithm::concurrency)
+      ctx_.denies->remember(checks_[i].key, limits_now_ + decisions_[i].retry_ms);
   }
+  return decide(route);
+}
+
+session::limits_step session::decide_in_memory(const config::route_config& route) {
+  auto r = ctx_.memory->evaluate(checks_, decisions_, limits_now_, lease_);
+  if (r != limit::memory_store::result::ok) {
+    if (route.store_error == config::on_store_error::deny) return limits_step::unavailable;
+    return limits_step::go_on;
+  }
+  return decide(route);
+}
+
+session::limits_step session::decide(const config::route_config& route) {
   bool denied = false;
   for (std::size_t i = 0; i < checks_.size(); ++i) {
     if (decisions_[i].allowed) continue;
@@ -112,10 +114,10 @@ asio::awaitable<std::optional<session::outcome>> session::apply_limits(const con
   }
   // Into the session's buffer: its capacity is reused request after request.
   limit::append_rate_headers(rate_headers_, route.response.headers, check_cfgs_, decisions_, denied);
-  if (denied) co_return co_await send_limited(route, rate_headers_);
+  if (denied) return limits_step::limited;
   leases_held_ = std::any_of(check_cfgs_.begin(), check_cfgs_.end(),
                              [](auto* l) { return l->algo == config::algorithm::concurrency; });
-  co_return std::nullopt;
+  return limits_step::go_on;
 }
 
 // The connection stays open only if the unread body cannot be mistaken for a request.
