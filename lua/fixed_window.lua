@@ -3,11 +3,8 @@
 -- expires (PXAT) when it ends.
 ALGOS[FW] = function() return {
   load = function(key)
-    local v = redis.call('GET', key)
-    if v then
-      local n, e = struct.unpack('<dd', v)
-      if e > clock() then return {n = n, e = e, reset = ceil(e - clock())} end
-    end
+    local n, e = read_state(key, '<dd')
+    if e and e > clock() then return {n = n, e = e, reset = ceil(e - clock())} end
     return {n = 0, fresh = true}
   end,
   take = function(st, spec, cost, count, commit)

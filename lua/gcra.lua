@@ -5,12 +5,8 @@
 -- and TAT + T + T ... would drift enough to refuse a request that fits.
 ALGOS[GCRA] = function() return {
   load = function(key)
-    local v = redis.call('GET', key)
-    if v then
-      local o, r = struct.unpack('<dd', v)
-      return {o = o, r = r}
-    end
-    return {}
+    local o, r = read_state(key, '<dd')
+    return {o = o, r = r}
   end,
   take = function(st, spec, cost, count, commit)
     local now_ms = clock()

@@ -34,6 +34,12 @@ local function clock()
   return now
 end
 
+-- A plain key's state: its doubles (struct format `fmt`), or nothing if there is no key.
+local function read_state(key, fmt)
+  local v = redis.call('GET', key)
+  if v then return struct.unpack(fmt, v) end
+end
+
 -- ZADD of every member in `members`, all with `score` (in chunks: unpack's stack is bounded).
 local function zadd_all(key, score, members)
   for first = 1, #members, 256 do

@@ -3,12 +3,8 @@
 -- weighted by how much of it the sliding window still covers.
 ALGOS[SW] = function() return {
   load = function(key)
-    local v = redis.call('GET', key)
-    if v then
-      local b, c, p = struct.unpack('<ddd', v)
-      return {b = b, c = c, p = p}
-    end
-    return {c = 0, p = 0}
+    local b, c, p = read_state(key, '<ddd')
+    return {b = b, c = c or 0, p = p or 0}
   end,
   take = function(st, spec, cost, count, commit)
     local limit, window = spec[2], spec[3]

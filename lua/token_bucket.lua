@@ -2,12 +2,8 @@
 -- Redis time s of the last refill; refilled from Redis time, never above burst.
 ALGOS[TB] = function() return {
   load = function(key)
-    local v = redis.call('GET', key)
-    if v then
-      local t, s = struct.unpack('<dd', v)
-      return {t = t, s = s}
-    end
-    return {}
+    local t, s = read_state(key, '<dd')
+    return {t = t, s = s}
   end,
   take = function(st, spec, cost, count, commit)
     local t, burst = clock(), spec[4]

@@ -33,14 +33,19 @@ session::limits_step session::begin_limits(const config::route_config& route) {
   if (auto q = target.find('?'); q != std::string_view::npos) parts.query = target.substr(q + 1);
   parts.header = &lookup_header;
   parts.header_ctx = static_cast<const bhttp::fields*>(&req.base());
-  checks_.clear();
+  // The checks' key strings are kept from request to request, their capacity reused.
   check_cfgs_.clear();
+  std::size_t n = 0;
   for (const auto& l : route.limits) {
-    auto key = limit::build_key(cfg.redis.key_prefix, route.name, l, parts);
-    if (!key) continue;  // on_missing_key: skip
-    checks_.push_back({&l, std::move(*key), l.cost});
+    if (n == checks_.size()) checks_.emplace_back();
+    auto& c = checks_[n];
+    if (!limit::build_key(c.key, cfg.redis.key_prefix, route.name, l, parts)) continue;  // on_missing_key: skip
+    c.cfg = &l;
+    c.cost = l.cost;
     check_cfgs_.push_back(&l);
+    ++n;
   }
+  checks_.resize(n);
   decisions_.assign(checks_.size(), limit::decision{});
   if (checks_.empty()) return limits_step::go_on;
   lease_ = ++ctx_.next_lease;

@@ -77,10 +77,12 @@ std::optional<std::string_view> cookie_value(std::string_view header, std::strin
   return std::nullopt;
 }
 
-std::optional<std::string> build_key(std::string_view prefix, std::string_view route, const config::limit_config& l,
-                                     const request_parts& r) {
+bool build_key(std::string& out, std::string_view prefix, std::string_view route, const config::limit_config& l,
+               const request_parts& r) {
   using kind = config::key_source::kind;
-  std::string identity;
+  out.clear();
+  out.append(prefix).append("{").append(route).append(":").append(l.name).append(":");
+  const std::size_t at = out.size();
   std::string decoded;
   bool first = true;
   for (const auto& src : l.key) {
@@ -112,20 +114,25 @@ std::optional<std::string> build_key(std::string_view prefix, std::string_view r
       }
     }
     if (v && v->empty() && src.type != kind::global) v.reset();
-    if (!first) identity += '|';
+    if (!first) out += '|';
     first = false;
     if (!v) {
-      if (l.missing_key == config::on_missing_key::skip) return std::nullopt;
-      identity += "%anon";
+      if (l.missing_key == config::on_missing_key::skip) return false;
+      out += "%anon";
       continue;
     }
-    if (src.type == kind::global) identity += '*';
-    else append_encoded(identity, *v);
+    if (src.type == kind::global) out += '*';
+    else append_encoded(out, *v);
   }
-  if (identity.size() > 200) identity = digest(identity);
+  if (out.size() - at > 200) out.replace(at, std::string::npos, digest(std::string_view(out).substr(at)));
+  out += '}';
+  return true;
+}
+
+std::optional<std::string> build_key(std::string_view prefix, std::string_view route, const config::limit_config& l,
+                                     const request_parts& r) {
   std::string key;
-  key.reserve(prefix.size() + route.size() + l.name.size() + identity.size() + 4);
-  key.append(prefix).append("{").append(route).append(":").append(l.name).append(":").append(identity).append("}");
+  if (!build_key(key, prefix, route, l, r)) return std::nullopt;
   return key;
 }
 

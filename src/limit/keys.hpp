@@ -26,6 +26,9 @@ struct request_parts {
 // (which no encoded value can equal) when it says `anonymous`.
 std::optional<std::string> build_key(std::string_view prefix, std::string_view route, const config::limit_config& l,
                                      const request_parts& r);
+// The same into `out` (its capacity reused); false where the other returns nullopt.
+bool build_key(std::string& out, std::string_view prefix, std::string_view route, const config::limit_config& l,
+               const request_parts& r);
 
 // `name`'s value in a query string ("a=1&b=2") or a Cookie header ("a=1; b=2").
 std::optional<std::string_view> query_param(std::string_view query, std::string_view name);
