@@ -16,25 +16,7 @@
 -- (from 0) has remaining + j*d_remaining and reset_ms + j*d_reset. One string instead
 -- of an array of integers spares both sides a reply object per number.
 local KEYS, ARGV = KEYS, ARGV
-local v
-do
-  -- Read in chunks: struct.unpack returns its values on the Lua stack, which is bounded.
-  local blob = ARGV[1]
-  local left = #blob / 8
-  if left <= 1024 then
-    v = {struct.unpack('<' .. string.rep('i8', left), blob)}
-  else
-    v = {}
-    local at = 1
-    while left > 0 do
-      local n = mmin(left, 1024)
-      local chunk = {struct.unpack('<' .. string.rep('i8', n), blob, at)}
-      at = chunk[n + 1]
-      for i = 1, n do v[#v + 1] = chunk[i] end
-      left = left - n
-    end
-  end
-end
+local v = read_ints(ARGV[1])
 
 local specs, shapes, states, algos = {}, {}, {}, {}
 local at = 4
@@ -120,11 +102,4 @@ end
 for key, st in pairs(states) do
   if st.dirty then st.spec[1].save(key, st, st.spec) end
 end
--- Packed in one C call per 1024 numbers (unpack's stack is bounded).
-if #out <= 1024 then return struct.pack('<' .. string.rep('i8', #out), unpack(out)) end
-local parts = {}
-for first = 1, #out, 1024 do
-  local last = mmin(#out, first + 1023)
-  parts[#parts + 1] = struct.pack('<' .. string.rep('i8', last - first + 1), unpack(out, first, last))
-end
-return table.concat(parts)
+return write_ints(out)

@@ -53,6 +53,29 @@ local function zadd_all(key, score, members)
 end
 
 local mceil, mfloor, mmin, mmax = math.ceil, math.floor, math.min, math.max
+
+-- The little-endian 64-bit integers of `blob` as a table, and a table's numbers as such
+-- a string: in chunks of 1024, because struct's values pass on the Lua stack, which is
+-- bounded.
+local function read_ints(blob)
+  local v, at, total = {}, 1, #blob / 8
+  for first = 1, total, 1024 do
+    local n = mmin(total - first + 1, 1024)
+    local chunk = {struct.unpack('<' .. string.rep('i8', n), blob, at)}
+    at = chunk[n + 1]
+    for i = 1, n do v[first + i - 1] = chunk[i] end
+  end
+  return v
+end
+
+local function write_ints(t)
+  local parts = {}
+  for first = 1, #t, 1024 do
+    local last = mmin(#t, first + 1023)
+    parts[#parts + 1] = struct.pack('<' .. string.rep('i8', last - first + 1), unpack(t, first, last))
+  end
+  return table.concat(parts)
+end
 local function ceil(x) return mceil(x - 1e-9) end
 local function floor(x) return mfloor(x + 1e-9) end
 -- The step, in whole ms, that a reset moves by per admitted request, when it is whole
