@@ -104,6 +104,10 @@ inline std::uint64_t quota(const limit_config& l) { return rate_based(l) ? l.bur
 inline bool names_entries(const limit_config& l) {
   return l.algo == algorithm::sliding_log || l.algo == algorithm::concurrency;
 }
+// A denial by this limit holds until its retry time, so a worker may repeat it without
+// asking the store: not for shadow limits (never enforced) nor concurrency (a lease
+// may come back any moment).
+inline bool denials_hold(const limit_config& l) { return !l.shadow && l.algo != algorithm::concurrency; }
 
 struct route_match {
   std::string path;         // exact, or

@@ -56,7 +56,7 @@ session::limits_step session::begin_limits(const config::route_config& route) {
   bool cached = false;
   for (std::size_t i = 0; i < checks_.size(); ++i) {
     const auto& l = *check_cfgs_[i];
-    if (l.shadow || l.algo == config::algorithm::concurrency) continue;
+    if (!config::denials_hold(l)) continue;
     if (auto until = ctx_.denies->denied_until(checks_[i].key, limits_now_)) {
       decisions_[i] = {false, config::quota(l), 0, until - limits_now_, until - limits_now_};
       cached = true;
@@ -89,11 +89,9 @@ session::limits_step session::end_limits(const config::route_config& route, erro
     return decide_in_memory(route);  // local: this instance enforces the same limits alone
   }
   leases_in_redis_ = true;
-  for (std::size_t i = 0; i < checks_.size(); ++i) {
-    const auto& l = *check_cfgs_[i];
-    if (!decisions_[i].allowed && !l.shadow && l.algo != config::algorithm::concurrency)
+  for (std::size_t i = 0; i < checks_.size(); ++i)
+    if (!decisions_[i].allowed && config::denials_hold(*check_cfgs_[i]))
       ctx_.denies->remember(checks_[i].key, limits_now_ + decisions_[i].retry_ms);
-  }
   return decide(route);
 }
 
