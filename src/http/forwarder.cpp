@@ -56,8 +56,16 @@ bool always_hop_by_hop(bhttp::field f) {
   }
 }
 
+// One resize and direct copies, not four appends: every forwarded field passes here.
 void append_field(std::string& out, std::string_view name, std::string_view value) {
-  out.append(name).append(": ").append(value).append("\r\n");
+  const std::size_t old = out.size();
+  out.resize(old + name.size() + value.size() + 4);
+  char* p = out.data() + old;
+  std::memcpy(p, name.data(), name.size());
+  p += name.size();
+  std::memcpy(p, ": ", 2);
+  std::memcpy(p + 2, value.data(), value.size());
+  std::memcpy(p + 2 + value.size(), "\r\n", 2);
 }
 
 // The names listed in Connection, collected in one pass. The hop-by-hop names that are

@@ -1,6 +1,7 @@
 #include "limit/keys.hpp"
 
 #include <cstdio>
+#include <cstring>
 
 #include "util/text.hpp"
 
@@ -38,14 +39,17 @@ std::string digest(std::string_view v) {
 
 void append_encoded(std::string& out, std::string_view value) {
   static constexpr char hex[] = "0123456789ABCDEF";
-  for (unsigned char c : value) {
-    if (!unsafe(c)) {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += hex[c >> 4];
-      out += hex[c & 0xf];
-    }
+  // Safe runs are appended whole: an IP or a token is usually one run.
+  std::size_t i = 0;
+  while (i < value.size()) {
+    std::size_t j = i;
+    while (j < value.size() && !unsafe(static_cast<unsigned char>(value[j]))) ++j;
+    out.append(value.data() + i, j - i);
+    if (j == value.size()) break;
+    const auto c = static_cast<unsigned char>(value[j]);
+    const char esc[3] = {'%', hex[c >> 4], hex[c & 0xf]};
+    out.append(esc, 3);
+    i = j + 1;
   }
 }
 
@@ -80,8 +84,14 @@ std::optional<std::string_view> cookie_value(std::string_view header, std::strin
 bool build_key(std::string& out, std::string_view prefix, std::string_view route, const config::limit_config& l,
                const request_parts& r) {
   using kind = config::key_source::kind;
-  out.clear();
-  out.append(prefix).append("{").append(route).append(":").append(l.name).append(":");
+  // The head, "<prefix>{<route>:<limit>:", in one write.
+  out.resize(prefix.size() + route.size() + l.name.size() + 3);
+  char* p = out.data();
+  for (std::string_view piece : {prefix, std::string_view("{"), route, std::string_view(":"),
+                                 std::string_view(l.name), std::string_view(":")}) {
+    std::memcpy(p, piece.data(), piece.size());
+    p += piece.size();
+  }
   const std::size_t at = out.size();
   std::string decoded;
   bool first = true;
