@@ -117,7 +117,6 @@ class session {
   bool has_upgrade_ = false;
   // Limits of the current request (evaluated, in route order) and what they said.
   std::vector<limit::check> checks_;
-  std::vector<const config::limit_config*> check_cfgs_;
   std::vector<limit::decision> decisions_;
   std::string rate_headers_;  // for the upstream's response (or the 429)
   std::uint64_t lease_ = 0;

@@ -34,7 +34,6 @@ session::limits_step session::begin_limits(const config::route_config& route) {
   parts.header = &lookup_header;
   parts.header_ctx = static_cast<const bhttp::fields*>(&req.base());
   // The checks' key strings are kept from request to request, their capacity reused.
-  check_cfgs_.clear();
   std::size_t n = 0;
   for (const auto& l : route.limits) {
     if (n == checks_.size()) checks_.emplace_back();
@@ -42,7 +41,6 @@ session::limits_step session::begin_limits(const config::route_config& route) {
     if (!limit::build_key(c.key, cfg.redis.key_prefix, route.name, l, parts)) continue;  // on_missing_key: skip
     c.cfg = &l;
     c.cost = l.cost;
-    check_cfgs_.push_back(&l);
     ++n;
   }
   checks_.resize(n);
@@ -55,7 +53,7 @@ session::limits_step session::begin_limits(const config::route_config& route) {
   // Known denials are answered here: a flood from one client costs Redis nothing.
   bool cached = false;
   for (std::size_t i = 0; i < checks_.size(); ++i) {
-    const auto& l = *check_cfgs_[i];
+    const auto& l = *checks_[i].cfg;
     if (!config::denials_hold(l)) continue;
     if (auto until = ctx_.denies->denied_until(checks_[i].key, limits_now_)) {
       decisions_[i] = {false, config::quota(l), 0, until - limits_now_, until - limits_now_};
@@ -63,16 +61,13 @@ session::limits_step session::begin_limits(const config::route_config& route) {
     }
   }
   if (cached) {
-    std::vector<const config::limit_config*> cfgs;
-    std::vector<limit::decision> ds;
-    for (std::size_t i = 0; i < checks_.size(); ++i)
-      if (!decisions_[i].allowed) cfgs.push_back(check_cfgs_[i]), ds.push_back(decisions_[i]);
-    limit::append_rate_headers(rate_headers_, route.response.headers, cfgs, ds, true);
+    limit::append_rate_headers(rate_headers_, route.response.headers, checks_, decisions_, true,
+                               limit::reported::denying_limits);
     return limits_step::limited;
   }
   // A nonce only if a limit names Redis entries after the request.
   nonce_.clear();
-  if (std::any_of(check_cfgs_.begin(), check_cfgs_.end(), [](auto* l) { return config::names_entries(*l); })) {
+  if (std::any_of(checks_.begin(), checks_.end(), [](const auto& c) { return config::names_entries(*c.cfg); })) {
     char buf[24];
     auto end = std::to_chars(buf, buf + sizeof buf, lease_).ptr;
     nonce_.assign(ctx_.nonce_prefix).append(buf, end);
@@ -90,7 +85,7 @@ session::limits_step session::end_limits(const config::route_config& route, erro
   }
   leases_in_redis_ = true;
   for (std::size_t i = 0; i < checks_.size(); ++i)
-    if (!decisions_[i].allowed && config::denials_hold(*check_cfgs_[i]))
+    if (!decisions_[i].allowed && config::denials_hold(*checks_[i].cfg))
       ctx_.denies->remember(checks_[i].key, limits_now_ + decisions_[i].retry_ms);
   return decide(route);
 }
@@ -108,18 +103,18 @@ session::limits_step session::decide(const config::route_config& route) {
   bool denied = false;
   for (std::size_t i = 0; i < checks_.size(); ++i) {
     if (decisions_[i].allowed) continue;
-    if (check_cfgs_[i]->shadow) {
-      spdlog::info("shadow limit {}/{} would deny {} (retry in {}ms)", route.name, check_cfgs_[i]->name, client_key_,
+    if (checks_[i].cfg->shadow) {
+      spdlog::info("shadow limit {}/{} would deny {} (retry in {}ms)", route.name, checks_[i].cfg->name, client_key_,
                    decisions_[i].retry_ms);
       continue;
     }
     denied = true;
   }
   // Into the session's buffer: its capacity is reused request after request.
-  limit::append_rate_headers(rate_headers_, route.response.headers, check_cfgs_, decisions_, denied);
+  limit::append_rate_headers(rate_headers_, route.response.headers, checks_, decisions_, denied);
   if (denied) return limits_step::limited;
-  leases_held_ = std::any_of(check_cfgs_.begin(), check_cfgs_.end(),
-                             [](auto* l) { return l->algo == config::algorithm::concurrency; });
+  leases_held_ = std::any_of(checks_.begin(), checks_.end(),
+                             [](const auto& c) { return c.cfg->algo == config::algorithm::concurrency; });
   return limits_step::go_on;
 }
 
@@ -139,7 +134,7 @@ void session::release_leases() {
   if (!leases_held_) return;
   leases_held_ = false;
   for (std::size_t i = 0; i < checks_.size(); ++i) {
-    if (check_cfgs_[i]->algo != config::algorithm::concurrency || !decisions_[i].allowed) continue;
+    if (checks_[i].cfg->algo != config::algorithm::concurrency || !decisions_[i].allowed) continue;
     if (leases_in_redis_ && ctx_.redis) ctx_.redis->send({"ZREM", checks_[i].key, limit::lease_member(nonce_, i)}, {});
     else ctx_.memory->release(checks_[i].key, lease_);
   }

@@ -1,7 +1,17 @@
 #pragma once
 #include <cstdint>
+#include <string>
+
+#include "config/config.hpp"
 
 namespace fg::limit {
+
+// One limit to evaluate for one request.
+struct check {
+  const config::limit_config* cfg = nullptr;
+  std::string key;
+  std::uint64_t cost = 1;
+};
 
 // What one limit says about one request. Times are milliseconds from now.
 struct decision {

@@ -43,17 +43,17 @@ char* put_quoted(char* p, std::string_view name) {
 
 }  // namespace
 
-void append_rate_headers(std::string& out, config::headers_mode mode,
-                         std::span<const config::limit_config* const> limits, std::span<const decision> decisions,
-                         bool denied) {
+void append_rate_headers(std::string& out, config::headers_mode mode, std::span<const check> checks,
+                         std::span<const decision> decisions, bool denied, reported which) {
+  auto shown = [&](std::size_t i) { return which == reported::every_limit || !decisions[i].allowed; };
   const bool ietf = mode == config::headers_mode::ietf || mode == config::headers_mode::both;
   const bool legacy = mode == config::headers_mode::legacy || mode == config::headers_mode::both;
-  const bool fields = mode != config::headers_mode::none && !limits.empty();
   std::size_t bound = 64;  // Retry-After
-  if (fields && ietf) {
-    bound += 64;
-    for (const auto* l : limits) bound += 2 * (l->name.size() + 12 + 2 * int_chars);
-  }
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < checks.size(); ++i)
+    if (shown(i)) ++count, bound += 2 * (checks[i].cfg->name.size() + 12 + 2 * int_chars);
+  const bool fields = mode != config::headers_mode::none && count > 0;
+  if (fields && ietf) bound += 64;
   if (fields && legacy) bound += 96 + 3 * int_chars;
   const std::size_t old = out.size();
   out.resize(old + bound);
@@ -61,27 +61,33 @@ void append_rate_headers(std::string& out, config::headers_mode mode,
 
   if (denied) {
     std::int64_t retry = 0;
-    for (std::size_t i = 0; i < limits.size(); ++i)
-      if (!decisions[i].allowed && !limits[i]->shadow) retry = std::max(retry, decisions[i].retry_ms);
+    for (std::size_t i = 0; i < checks.size(); ++i)
+      if (!decisions[i].allowed && !checks[i].cfg->shadow) retry = std::max(retry, decisions[i].retry_ms);
     p = put(p, "Retry-After: ");
     p = put_int(p, std::max<std::int64_t>(1, ceil_seconds(retry)));
     p = put(p, "\r\n");
   }
   if (fields && ietf) {
     p = put(p, "RateLimit-Policy: ");
-    for (std::size_t i = 0; i < limits.size(); ++i) {
-      if (i) p = put(p, ", ");
-      p = put_quoted(p, limits[i]->name);
+    std::string_view sep;
+    for (std::size_t i = 0; i < checks.size(); ++i) {
+      if (!shown(i)) continue;
+      p = put(p, sep);
+      sep = ", ";
+      p = put_quoted(p, checks[i].cfg->name);
       p = put(p, ";q=");
       p = put_int(p, static_cast<std::int64_t>(decisions[i].limit));
       p = put(p, ";w=");
-      p = put_int(p, window_seconds(*limits[i]));
+      p = put_int(p, window_seconds(*checks[i].cfg));
     }
     p = put(p, "\r\nRateLimit: ");
-    for (std::size_t i = 0; i < limits.size(); ++i) {
+    sep = "";
+    for (std::size_t i = 0; i < checks.size(); ++i) {
+      if (!shown(i)) continue;
       const auto& d = decisions[i];
-      if (i) p = put(p, ", ");
-      p = put_quoted(p, limits[i]->name);
+      p = put(p, sep);
+      sep = ", ";
+      p = put_quoted(p, checks[i].cfg->name);
       p = put(p, ";r=");
       p = put_int(p, d.allowed ? static_cast<std::int64_t>(d.remaining) : 0);
       p = put(p, ";t=");
@@ -90,18 +96,16 @@ void append_rate_headers(std::string& out, config::headers_mode mode,
     p = put(p, "\r\n");
   }
   if (fields && legacy) {
-    // The most restrictive limit: the fewest remaining (a denying one first).
-    std::size_t pick = 0;
-    for (std::size_t i = 1; i < limits.size(); ++i) {
-      auto ri = decisions[i].allowed ? decisions[i].remaining : 0;
-      auto rp = decisions[pick].allowed ? decisions[pick].remaining : 0;
-      if (ri < rp) pick = i;
-    }
+    // The most restrictive limit shown: the fewest remaining (a denying one first).
+    std::size_t pick = checks.size();
+    auto left = [&](std::size_t i) { return decisions[i].allowed ? decisions[i].remaining : 0; };
+    for (std::size_t i = 0; i < checks.size(); ++i)
+      if (shown(i) && (pick == checks.size() || left(i) < left(pick))) pick = i;
     const auto& d = decisions[pick];
     p = put(p, "X-RateLimit-Limit: ");
     p = put_int(p, static_cast<std::int64_t>(d.limit));
     p = put(p, "\r\nX-RateLimit-Remaining: ");
-    p = put_int(p, d.allowed ? static_cast<std::int64_t>(d.remaining) : 0);
+    p = put_int(p, static_cast<std::int64_t>(left(pick)));
     p = put(p, "\r\nX-RateLimit-Reset: ");
     p = put_int(p, d.allowed ? ceil_seconds(d.reset_ms) : ceil_seconds(d.retry_ms));
     p = put(p, "\r\n");

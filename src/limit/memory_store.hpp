@@ -12,12 +12,6 @@
 
 namespace fg::limit {
 
-// One limit to evaluate for one request.
-struct check {
-  const config::limit_config* cfg = nullptr;
-  std::string key;
-  std::uint64_t cost = 1;
-};
 
 // The embedded store: every algorithm in process, shared by all workers. Keys expire
 // like Redis keys and are reclaimed; the number of keys is capped (a new key past the

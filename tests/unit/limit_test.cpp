@@ -835,9 +835,12 @@ TEST_CASE("query_param and cookie_value", "[limit]") {
 namespace {
 
 std::string headers(cfg::headers_mode mode, std::vector<const cfg::limit_config*> limits,
-                    std::vector<decision> decisions, bool denied) {
+                    std::vector<decision> decisions, bool denied,
+                    fg::limit::reported which = fg::limit::reported::every_limit) {
+  std::vector<fg::limit::check> checks;
+  for (const auto* l : limits) checks.push_back({l, "k", 1});
   std::string out;
-  fg::limit::append_rate_headers(out, mode, limits, decisions, denied);
+  fg::limit::append_rate_headers(out, mode, checks, decisions, denied, which);
   return out;
 }
 
@@ -902,6 +905,29 @@ TEST_CASE("rate headers: legacy, both, none", "[limit]") {
 
   CHECK(headers(cfg::headers_mode::none, {&ip}, {dec(true, 3, 1, 1000)}, false).empty());
   CHECK(headers(cfg::headers_mode::none, {&ip}, {dec(false, 3, 0, 1000, 1000)}, true) == "Retry-After: 1\r\n");
+}
+
+TEST_CASE("rate headers: a denial from the deny cache reports only the limits that denied", "[limit]") {
+  auto ip = windowed(cfg::algorithm::fixed_window, 3, 5000, "per-ip");
+  auto all = windowed(cfg::algorithm::fixed_window, 100, 60000, "all");
+  const auto denying = fg::limit::reported::denying_limits;
+  // "all" was not asked (the cached denial of "per-ip" answers alone): it is left out.
+  std::vector<decision> ds{dec(true, 0, 0, 0), dec(false, 3, 0, 2500, 2500)};
+  CHECK(headers(cfg::headers_mode::ietf, {&all, &ip}, ds, true, denying) ==
+        "Retry-After: 3\r\n"
+        "RateLimit-Policy: \"per-ip\";q=3;w=5\r\n"
+        "RateLimit: \"per-ip\";r=0;t=3\r\n");
+  CHECK(headers(cfg::headers_mode::legacy, {&all, &ip}, ds, true, denying) ==
+        "Retry-After: 3\r\n"
+        "X-RateLimit-Limit: 3\r\n"
+        "X-RateLimit-Remaining: 0\r\n"
+        "X-RateLimit-Reset: 3\r\n");
+  // Every limit, as for a decision the store made: both are reported.
+  CHECK(headers(cfg::headers_mode::ietf, {&all, &ip}, {dec(true, 100, 40, 30000), dec(false, 3, 0, 2500, 2500)},
+                true) ==
+        "Retry-After: 3\r\n"
+        "RateLimit-Policy: \"all\";q=100;w=60, \"per-ip\";q=3;w=5\r\n"
+        "RateLimit: \"all\";r=40;t=30, \"per-ip\";r=0;t=3\r\n");
 }
 
 TEST_CASE("rate headers: Retry-After only when denied, whole seconds up, at least 1", "[limit]") {
