@@ -335,7 +335,11 @@ class loader {
       if (present(window_n)) set(l.window, positive_duration(window_n));
       if (present(rate_n)) set(l.rate_, r_.parsed<rate>(rate_n, parse_rate, "rate (want e.g. 10/s, 600/m, 1000/h)"));
       if (present(burst_n)) set(l.burst, r_.unsigned_int(burst_n, 1, 1'000'000'000));
-      if (auto n = o.get("cost"); present(n)) set(l.cost, r_.unsigned_int(n, 1, 1'000'000'000));
+      if (auto n = o.get("cost"); present(n)) {
+        set(l.cost, r_.unsigned_int(n, 1, 1'000'000'000));
+        // A lease is one in-flight request: there is nothing for a cost to weigh.
+        if (algo && *algo == "concurrency") r_.error(n, "'cost' is not used by concurrency (each request holds one lease)");
+      }
       if (auto n = o.get("shadow"); present(n)) set(l.shadow, r_.boolean(n));
       if (auto n = o.get("on_missing_key"); present(n)) {
         if (auto s = r_.one_of(n, {"anonymous", "skip"}))

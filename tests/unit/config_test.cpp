@@ -185,6 +185,8 @@ TEST_CASE("bad configurations report the first problem with line, column and mes
        "limit 'l': fixed_window needs window (e.g. window: 1m)"},
       {"limit zero", kLimitsHead + "      - name: l\n        algorithm: fixed_window\n        limit: 0\n        window: 1s\n", 12, 16,
        "expected an integer from 1 to 1000000000, got '0'"},
+      {"concurrency with cost", kLimitsHead + "      - name: l\n        algorithm: concurrency\n        limit: 5\n        cost: 2\n",
+       13, 15, "'cost' is not used by concurrency (each request holds one lease)"},
       {"cost larger than limit", kLimitsHead + kLimit + "        cost: 6\n", 10, 9,
        "limit 'l': cost is larger than limit, so every request would be denied"},
       {"cost larger than default burst",
