@@ -64,7 +64,7 @@ void append_field(std::string& out, std::string_view name, std::string_view valu
   std::memcpy(p, name.data(), name.size());
   p += name.size();
   std::memcpy(p, ": ", 2);
-  std::memcpy(p + 2, value.data(), value.size());
+  if (!value.empty()) std::memcpy(p + 2, value.data(), value.size());  // a missing field's view may be null
   std::memcpy(p + 2 + value.size(), "\r\n", 2);
 }
 

@@ -2,7 +2,9 @@
 #include <cstdint>
 #include <string>
 
-#include "config/config.hpp"
+namespace fg::config {
+struct limit_config;
+}
 
 namespace fg::limit {
 

@@ -1,6 +1,7 @@
 #include "limit/headers.hpp"
 
 #include <algorithm>
+#include <cassert>
 #include <charconv>
 #include <cstring>
 #include <string_view>
@@ -28,7 +29,7 @@ namespace {
 constexpr std::size_t int_chars = 20;  // an int64, sign included
 
 char* put(char* p, std::string_view s) {
-  std::memcpy(p, s.data(), s.size());
+  if (!s.empty()) std::memcpy(p, s.data(), s.size());  // an empty view's data may be null
   return p + s.size();
 }
 
@@ -69,7 +70,7 @@ void append_rate_headers(std::string& out, config::headers_mode mode, std::span<
   }
   if (fields && ietf) {
     p = put(p, "RateLimit-Policy: ");
-    std::string_view sep;
+    std::string_view sep = "";
     for (std::size_t i = 0; i < checks.size(); ++i) {
       if (!shown(i)) continue;
       p = put(p, sep);
@@ -110,6 +111,7 @@ void append_rate_headers(std::string& out, config::headers_mode mode, std::span<
     p = put_int(p, d.allowed ? ceil_seconds(d.reset_ms) : ceil_seconds(d.retry_ms));
     p = put(p, "\r\n");
   }
+  assert(p <= out.data() + old + bound);
   out.resize(static_cast<std::size_t>(p - out.data()));
 }
 

@@ -97,7 +97,7 @@ bool build_key(std::string& out, std::string_view prefix, std::string_view route
   char* p = out.data();
   for (std::string_view piece : {prefix, std::string_view("{"), route, std::string_view(":"),
                                  std::string_view(l.name), std::string_view(":")}) {
-    std::memcpy(p, piece.data(), piece.size());
+    if (!piece.empty()) std::memcpy(p, piece.data(), piece.size());
     p += piece.size();
   }
   const std::size_t at = out.size();

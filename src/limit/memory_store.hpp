@@ -12,7 +12,6 @@
 
 namespace fg::limit {
 
-
 // The embedded store: every algorithm in process, shared by all workers. Keys expire
 // like Redis keys and are reclaimed; the number of keys is capped (a new key past the
 // cap is an error, so the route's on_store_error applies, and a log line says so).
