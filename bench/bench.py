@@ -21,8 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 FLOODGATE = os.environ.get("FLOODGATE_BIN", str(ROOT / "build" / "src" / "floodgate"))
-SECONDS = int(sys.argv[1]) if len(sys.argv) > 1 else 3
-ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 6
+SECONDS, ROUNDS = 3, 6  # per run, and rounds; main() takes them from the command line
 CONNECTIONS = [64, 256]
 CLIENT_CORE, SERVER_CORE = ("0", "1") if os.cpu_count() >= 2 else ("0", "0")
 
@@ -152,6 +151,11 @@ def peak_rss_kib(pid):
 
 
 def main():
+    global SECONDS, ROUNDS
+    if len(sys.argv) > 1:
+        SECONDS = int(sys.argv[1])
+    if len(sys.argv) > 2:
+        ROUNDS = int(sys.argv[2])
     for tool in ("nginx", "wrk", "taskset", "redis-server", "redis-cli"):
         if not shutil.which(tool):
             sys.exit(f"{tool} not found: run bench/run.sh (it installs it)")

@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Where a request's time goes, in measures that do not move with this VM's speed.
+
+  bench/profile.py syscalls [conns]   perf stat on each proxy while wrk loads it: system
+                                      calls, reads that found nothing (EAGAIN), epoll_wait
+                                      and context switches per request, and CPU µs per
+                                      request of the proxy and of the origin behind it
+  bench/profile.py callgrind [paths]  floodgate under callgrind: user-space instructions
+                                      per request on each path (default / /limited /flood)
+
+Same set-up as bench/bench.py (nginx origin, nginx plain proxy, floodgate with its three
+routes, redis-server beside wrk). Needs linux-perf (syscalls) or valgrind (callgrind):
+    apt-get install -y linux-perf valgrind
+Build floodgate first (bench/run.sh does); FLOODGATE_BIN picks another binary."""
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench  # noqa: E402
+
+
+class Setup:
+    """Origin, nginx proxy, redis-server and floodgate, started as bench.py starts them."""
+
+    def __enter__(self):
+        self.work = Path(tempfile.mkdtemp(prefix="fg-profile-"))
+        self.procs = []
+        self.up, self.nginx, self.fg, self.redis = (bench.free_port() for _ in range(4))
+        self.procs.append(subprocess.Popen(["taskset", "-c", bench.CLIENT_CORE, "redis-server", "--port",
+                                            str(self.redis), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+                                            "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        bench.wait_port(self.redis)
+        self.origin = bench.nginx(self.work, "origin",
+                                  f'listen 127.0.0.1:{self.up} backlog=4096; location / {{ return 200 "ok\\n"; }}')
+        self.proxy = bench.nginx(self.work, "proxy",
+                                 f"listen 127.0.0.1:{self.nginx} backlog=4096; location / {{ proxy_pass http://origin; "
+                                 'proxy_http_version 1.1; proxy_set_header Connection ""; }',
+                                 f"upstream origin {{ server 127.0.0.1:{self.up}; keepalive 1024; "
+                                 "keepalive_requests 100000000; }")
+        self.procs += [self.origin, self.proxy]
+        for p in (self.up, self.nginx):
+            bench.wait_port(p)
+        time.sleep(0.2)
+        return self
+
+    def start_floodgate(self, wrapper=()):
+        # bench.start_floodgate writes the config and starts the binary; a wrapper
+        # (valgrind) goes in front of it.
+        saved, d = bench.FLOODGATE, self.work / f"fg{len(self.procs)}"
+        bench.FLOODGATE = "/bin/true"
+        bench.start_floodgate(d, self.fg, self.up, self.redis).wait()
+        bench.FLOODGATE = saved
+        conf = d / "floodgate.yaml"
+        p = subprocess.Popen(["taskset", "-c", bench.SERVER_CORE, *wrapper, bench.FLOODGATE, "--config", str(conf)],
+                             stderr=subprocess.DEVNULL if wrapper else None)
+        self.procs.append(p)
+        bench.wait_port(self.fg, 60)
+        return p
+
+    def __exit__(self, *exc):
+        for p in self.procs:
+            p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def perf_stat(pid, seconds):
+    events = ["raw_syscalls:sys_enter", "syscalls:sys_enter_epoll_wait", "context-switches", "task-clock"]
+    cmd = ["perf", "stat", "-x,", "-p", str(pid)]
+    for e in events:
+        cmd += ["-e", e]
+    cmd += ["-e", "syscalls:sys_exit_recvfrom", "--filter", "ret < 0", "--", "sleep", str(seconds)]
+    out = subprocess.run(cmd, capture_output=True, text=True).stderr
+    got = {}
+    for line in out.splitlines():
+        f = line.split(",")
+        if len(f) > 3 and f[0] and f[0][0].isdigit():
+            got[f[2]] = float(f[0])
+    return got
+
+
+def syscalls(conns):
+    with Setup() as s:
+        fg = s.start_floodgate()
+        proxy_pid = (bench.children(s.proxy.pid) or [s.proxy.pid])[0]
+        origin_pid = (bench.children(s.origin.pid) or [s.origin.pid])[0]
+        targets = [("nginx", s.nginx, "/", proxy_pid), ("floodgate", s.fg, "/", fg.pid),
+                   ("fg+redis", s.fg, "/limited", fg.pid), ("fg flood", s.fg, "/flood", fg.pid)]
+        print(f"per request, wrk -c{conns}; measured over 2 s of a 3 s run")
+        print(f"{'run':>10} | {'req/s':>7} {'syscalls':>8} {'EAGAIN':>6} {'epoll_w':>7} {'ctx sw':>6} {'proxy us':>8}"
+              f" | {'origin us':>9} {'origin cs':>9}")
+        for name, port, path, pid in targets:
+            bench.wrk(port, conns, 1, path, expect_errors=True)  # warm-up
+            rows = {}
+            for who, p in (("proxy", pid), ("origin", origin_pid)):
+                res = {}
+                t = threading.Thread(target=lambda: res.update(r=bench.wrk(port, conns, 3, path, expect_errors=True)))
+                t.start()
+                time.sleep(0.5)
+                rows[who] = perf_stat(p, 2)
+                t.join()
+                rows[who + " rps"] = res["r"][0]
+            px, og = rows["proxy"], rows["origin"]
+            n, no = rows["proxy rps"] * 2, rows["origin rps"] * 2
+            print(f"{name:>10} | {rows['proxy rps']:7.0f} {px.get('raw_syscalls:sys_enter', 0) / n:8.2f} "
+                  f"{px.get('syscalls:sys_exit_recvfrom', 0) / n:6.2f} "
+                  f"{px.get('syscalls:sys_enter_epoll_wait', 0) / n:7.3f} {px.get('context-switches', 0) / n:6.3f} "
+                  f"{px.get('task-clock', 0) * 1e3 / n:8.1f} | {og.get('task-clock', 0) * 1e3 / no:9.1f} "
+                  f"{og.get('context-switches', 0) / no:9.3f}")
+
+
+def callgrind(paths):
+    for path in paths:
+        with Setup() as s:
+            out = s.work / "callgrind.out"
+            fg = s.start_floodgate(["valgrind", "--tool=callgrind", "--dump-instr=no", f"--callgrind-out-file={out}"])
+            bench.wrk(s.fg, 32, 3, path, expect_errors=True)  # warm-up, then count from zero
+            subprocess.run(["callgrind_control", "-z", str(fg.pid)], capture_output=True)
+            bench.wrk(s.fg, 32, 10, path, expect_errors=True)
+            n = bench.wrk.last_requests
+            subprocess.run(["callgrind_control", "-d", str(fg.pid)], capture_output=True)
+            time.sleep(0.5)
+            dumps = sorted(s.work.glob("callgrind.out.*"), key=lambda f: f.stat().st_mtime)
+            text = dumps[-1].read_text(errors="replace") if dumps else ""
+            m = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
+            if not m:
+                sys.exit("callgrind wrote no dump")
+            print(f"{path:10} {n:7} requests  {int(m.group(1)) / n:8.0f} instructions/request", flush=True)
+
+
+def main():
+    mode = sys.argv[1] if len(sys.argv) > 1 else ""
+    tool = {"syscalls": "perf", "callgrind": "valgrind"}.get(mode)
+    if not tool:
+        sys.exit(__doc__)
+    for t in (tool, "nginx", "wrk", "redis-server"):
+        if not shutil.which(t):
+            sys.exit(f"{t} not found (apt-get install -y linux-perf valgrind; bench/run.sh installs the rest)")
+    if mode == "syscalls":
+        syscalls(int(sys.argv[2]) if len(sys.argv) > 2 else 64)
+    else:
+        callgrind(sys.argv[2:] or ["/", "/limited", "/flood"])
+
+
+if __name__ == "__main__":
+    main()
