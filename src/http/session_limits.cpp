@@ -9,6 +9,7 @@
 #include "limit/keys.hpp"
 #include "limit/memory_store.hpp"
 #include "limit/redis_store.hpp"
+#include "obs/logging.hpp"
 #include "redis/connection.hpp"
 
 // Rate limiting for a session: keys, the store (Redis batch or memory), the failure
@@ -141,21 +142,15 @@ void session::release_leases() {
 }
 
 void session::log_store_error(const config::route_config& route, const std::string& why) {
-  // One line per few seconds per worker, with a count, never one per request.
-  thread_local clock::time_point last{};
-  thread_local unsigned suppressed = 0;
-  auto now = clock::now();
-  if (now - last < std::chrono::seconds(5)) {
-    ++suppressed;
-    return;
-  }
+  // One line per cause per few seconds per worker, with a count, never one per request.
+  thread_local obs::error_log_limiter limiter;
+  std::uint64_t suppressed = 0;
+  if (!limiter.due(why, clock::now(), suppressed)) return;
   const char* policy = route.store_error == config::on_store_error::deny    ? "deny"
                        : route.store_error == config::on_store_error::local ? "local"
                                                                             : "allow";
   spdlog::warn("rate-limit store error on route {}: {} (on_store_error: {}; {} more since the last report)",
                route.name, why, policy, suppressed);
-  last = now;
-  suppressed = 0;
 }
 
 }  // namespace fg::http::detail

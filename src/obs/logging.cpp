@@ -14,3 +14,30 @@ void init_logging(const std::string& level) {
 }
 
 }  // namespace fg::obs
+
+namespace fg::obs {
+
+bool error_log_limiter::due(std::string_view cause, clock::time_point now, std::uint64_t& suppressed) {
+  auto it = causes_.find(std::string(cause));
+  if (it != causes_.end()) {
+    auto& s = it->second;
+    if (now - s.last < every_) {
+      ++s.suppressed;
+      return false;
+    }
+    suppressed = s.suppressed;
+    s = {now, 0};
+    return true;
+  }
+  if (causes_.size() >= max_) {
+    auto oldest = causes_.begin();
+    for (auto i = causes_.begin(); i != causes_.end(); ++i)
+      if (i->second.last < oldest->second.last) oldest = i;
+    causes_.erase(oldest);
+  }
+  causes_.emplace(std::string(cause), state{now, 0});
+  suppressed = 0;
+  return true;
+}
+
+}  // namespace fg::obs

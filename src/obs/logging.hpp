@@ -1,9 +1,37 @@
 #pragma once
+#include <chrono>
+#include <cstdint>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 
 namespace fg::obs {
 
 // Sets up the process logger (stderr) at the given level: trace|debug|info|warn|error.
 void init_logging(const std::string& level);
+
+// Rate-limits error lines: one line per cause per `every`, with a count of what was
+// not logged in between, never a line per request. Causes are told apart by their
+// text; at most `max_causes` are remembered (past that the oldest is forgotten, so a
+// cause that varies without end still logs at most one line per new text). Not
+// thread-safe: one per thread or per owner.
+class error_log_limiter {
+ public:
+  using clock = std::chrono::steady_clock;
+  explicit error_log_limiter(clock::duration every = std::chrono::seconds(5), std::size_t max_causes = 32)
+      : every_(every), max_(max_causes) {}
+  // True if a line for `cause` is due at `now`; `suppressed` is then how many of it
+  // went unlogged since its previous line.
+  bool due(std::string_view cause, clock::time_point now, std::uint64_t& suppressed);
+
+ private:
+  struct state {
+    clock::time_point last;
+    std::uint64_t suppressed = 0;
+  };
+  clock::duration every_;
+  std::size_t max_;
+  std::unordered_map<std::string, state> causes_;
+};
 
 }  // namespace fg::obs

@@ -165,16 +165,11 @@ void connection::on_disconnect(const redisAsyncContext* ac, int status) {
 }
 
 void connection::lost(const char* why) {
-  // One line per few seconds, with a count of what was not logged.
-  auto now = clock::now();
-  if (now - last_error_log_ < std::chrono::seconds(5)) {
-    ++suppressed_errors_;
-    return;
-  }
-  if (suppressed_errors_) spdlog::warn("Redis {}: {} ({} more since the last report)", cfg_.addresses.front().str(), why, suppressed_errors_);
+  // One line per cause per few seconds, with a count of what was not logged.
+  std::uint64_t suppressed = 0;
+  if (!error_log_.due(why, clock::now(), suppressed)) return;
+  if (suppressed) spdlog::warn("Redis {}: {} ({} more since the last report)", cfg_.addresses.front().str(), why, suppressed);
   else spdlog::warn("Redis {}: {}", cfg_.addresses.front().str(), why);
-  last_error_log_ = now;
-  suppressed_errors_ = 0;
 }
 
 void connection::schedule_reconnect() {

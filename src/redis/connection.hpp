@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "obs/logging.hpp"
 #include "redis/backoff.hpp"
 #include "redis/reply.hpp"
 
@@ -95,8 +96,7 @@ class connection : public std::enable_shared_from_this<connection> {
   bool deadline_armed_ = false;
   boost::asio::steady_timer reconnect_timer_;
   backoff backoff_;
-  std::chrono::steady_clock::time_point last_error_log_{};
-  unsigned suppressed_errors_ = 0;
+  obs::error_log_limiter error_log_;
 };
 
 }  // namespace fg::redis

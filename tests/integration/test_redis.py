@@ -194,8 +194,9 @@ def test_redis_down_follows_on_store_error_and_recovers(gateway_factory, redis_s
                                          on_error="local", path="/local"), store="redis", redis=redis_server.address)
     assert deny.request(get("/limited", extra="X-K: a\r\n")).status == 200
     redis_server.stop()
-    r = deny.request(get("/limited", extra="X-K: a\r\n"))
-    assert r.status == 503 and r.header("retry-after") == "1"
+    for _ in range(30):
+        r = deny.request(get("/limited", extra="X-K: a\r\n"))
+        assert r.status == 503 and r.header("retry-after") == "1"
     assert allow.request(get("/limited", extra="X-K: a\r\n")).status == 200
     codes = [local.request(get("/local", extra="X-K: z\r\n")).status for _ in range(3)]
     assert codes == [200, 200, 429]  # the memory store enforces the limit on this instance
@@ -208,7 +209,10 @@ def test_redis_down_follows_on_store_error_and_recovers(gateway_factory, redis_s
     else:
         raise AssertionError("no recovery after Redis came back")
     deny.stop()
-    assert "rate-limit store error on route r" in deny.log_text()
+    # Logged per cause every few seconds, never per request: 30 and more failed
+    # requests, a line or two (the connection's loss, then calls refused meanwhile).
+    lines = deny.log_text().count("rate-limit store error on route r")
+    assert 1 <= lines <= 3, deny.log_text()
 
 
 def test_acl_user_password_and_database(gateway_factory, tmp_path):
