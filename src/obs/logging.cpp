@@ -18,7 +18,7 @@ void init_logging(const std::string& level) {
 namespace fg::obs {
 
 bool error_log_limiter::due(std::string_view cause, clock::time_point now, std::uint64_t& suppressed) {
-  auto it = causes_.find(std::string(cause));
+  auto it = causes_.find(cause);
   if (it != causes_.end()) {
     auto& s = it->second;
     if (now - s.last < every_) {

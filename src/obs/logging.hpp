@@ -1,6 +1,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -29,9 +30,14 @@ class error_log_limiter {
     clock::time_point last;
     std::uint64_t suppressed = 0;
   };
+  struct text_hash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
   clock::duration every_;
   std::size_t max_;
-  std::unordered_map<std::string, state> causes_;
+  // Looked up by string_view: a failing request costs no string copy.
+  std::unordered_map<std::string, state, text_hash, std::equal_to<>> causes_;
 };
 
 }  // namespace fg::obs
