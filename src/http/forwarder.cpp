@@ -61,11 +61,8 @@ void append_field(std::string& out, std::string_view name, std::string_view valu
   const std::size_t old = out.size();
   out.resize(old + name.size() + value.size() + 4);
   char* p = out.data() + old;
-  std::memcpy(p, name.data(), name.size());
-  p += name.size();
-  std::memcpy(p, ": ", 2);
-  if (!value.empty()) std::memcpy(p + 2, value.data(), value.size());  // a missing field's view may be null
-  std::memcpy(p + 2 + value.size(), "\r\n", 2);
+  p = util::put(util::put(p, name), ": ");
+  util::put(util::put(p, value), "\r\n");
 }
 
 // The names listed in Connection, collected in one pass. The hop-by-hop names that are

@@ -3,8 +3,9 @@
 #include <algorithm>
 #include <cassert>
 #include <charconv>
-#include <cstring>
 #include <string_view>
+
+#include "util/text.hpp"
 
 namespace fg::limit {
 
@@ -28,10 +29,7 @@ namespace {
 // request formats these on every response.
 constexpr std::size_t int_chars = 20;  // an int64, sign included
 
-char* put(char* p, std::string_view s) {
-  if (!s.empty()) std::memcpy(p, s.data(), s.size());  // an empty view's data may be null
-  return p + s.size();
-}
+using util::put;
 
 char* put_int(char* p, std::int64_t v) { return std::to_chars(p, p + int_chars, v).ptr; }
 

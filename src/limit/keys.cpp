@@ -2,7 +2,6 @@
 
 #include <array>
 #include <cstdio>
-#include <cstring>
 
 #include "util/text.hpp"
 
@@ -96,10 +95,8 @@ bool build_key(std::string& out, std::string_view prefix, std::string_view route
   out.resize(prefix.size() + route.size() + l.name.size() + 3);
   char* p = out.data();
   for (std::string_view piece : {prefix, std::string_view("{"), route, std::string_view(":"),
-                                 std::string_view(l.name), std::string_view(":")}) {
-    if (!piece.empty()) std::memcpy(p, piece.data(), piece.size());
-    p += piece.size();
-  }
+                                 std::string_view(l.name), std::string_view(":")})
+    p = util::put(p, piece);
   const std::size_t at = out.size();
   std::string decoded;
   bool first = true;

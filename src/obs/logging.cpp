@@ -13,10 +13,6 @@ void init_logging(const std::string& level) {
   spdlog::flush_on(spdlog::level::info);
 }
 
-}  // namespace fg::obs
-
-namespace fg::obs {
-
 bool error_log_limiter::due(std::string_view cause, clock::time_point now, std::uint64_t& suppressed) {
   auto it = causes_.find(cause);
   if (it != causes_.end()) {

@@ -1,6 +1,7 @@
 #pragma once
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <string_view>
 
 namespace fg::util {
@@ -21,6 +22,13 @@ inline std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
   return s;
+}
+
+// Copies `s` to `p` and returns the end: for text written straight into space reserved
+// up front (one resize, then puts) instead of one append per piece.
+inline char* put(char* p, std::string_view s) {
+  if (!s.empty()) std::memcpy(p, s.data(), s.size());  // an empty view's data may be null
+  return p + s.size();
 }
 
 }  // namespace fg::util
