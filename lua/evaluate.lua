@@ -15,25 +15,44 @@
 -- remaining, reset_ms, retry_ms, d_remaining, d_reset): the j-th request of the run
 -- (from 0) has remaining + j*d_remaining and reset_ms + j*d_reset. One string instead
 -- of an array of integers spares both sides a reply object per number.
-local KEYS, ARGV = KEYS, ARGV
-local v = read_ints(ARGV[1])
+local v
+do
+  local blob = ARGV[1]
+  local total = #blob / 8
+  if total <= 1024 then
+    -- (the position struct.unpack returns last lands at v[total + 1], unread)
+    v = {struct.unpack('<' .. string.rep('i8', total), blob)}
+  else
+    -- In chunks: struct's values pass on the Lua stack, which is bounded.
+    v = {}
+    local at = 1
+    for first = 1, total, 1024 do
+      local n = math.min(total - first + 1, 1024)
+      local chunk = {struct.unpack('<' .. string.rep('i8', n), blob, at)}
+      at = chunk[n + 1]
+      for i = 1, n do v[first + i - 1] = chunk[i] end
+    end
+  end
+end
 
-local specs, shapes, states, algos = {}, {}, {}, {}
+local specs, shapes = {}, {}
 local at = 4
 for s = 1, v[2] do
+  -- An algorithm's constructor is replaced by what it builds, on first use.
   local code = v[at]
-  local algo = algos[code]
-  if not algo then
-    algo = ALGOS[code]()
-    algos[code] = algo
+  local algo = ALGOS[code]
+  if type(algo) == 'function' then
+    algo = algo(now, ceil, floor, whole, read_state, zadd_all)
+    ALGOS[code] = algo
   end
   specs[s] = {algo, v[at + 1], v[at + 2], v[at + 3], v[at + 4], v[at + 5] == 1}
   at = at + 6
 end
 for h = 1, v[3] do
   local k = v[at]
-  local shape = {k = k, nonce = false}
-  for i = 1, k do
+  local first = specs[v[at + 1]]
+  local shape = {first, k = k, nonce = first[1].members or false}
+  for i = 2, k do
     local spec = specs[v[at + i]]
     shape[i] = spec
     if spec[1].members then shape.nonce = true end
@@ -42,17 +61,19 @@ for h = 1, v[3] do
   at = at + k + 1
 end
 
+-- Each key's state (which carries its spec), loaded on first use.
+local states = {}
 local function state(key, spec)
   local st = states[key]
   if not st then
     st = spec[1].load(key, spec)
-    st.key, st.spec = key, spec
     states[key] = st
   end
   return st
 end
 
-local out, key_at, nonce_at = {}, 1, 2
+-- `out` is sized for the one run of one limit of the most common call.
+local out, o, key_at, nonce_at = {0, 0, 0, 0, 0, 0, 0}, 0, 1, 2
 for _ = 1, v[1] do
   local shape, count = shapes[v[at]], v[at + 1]
   at = at + 2
@@ -68,11 +89,11 @@ for _ = 1, v[1] do
     local spec = shape[1]
     local st, take, cost = state(KEYS[key_at], spec), spec[1].take, spec[5]
     while count > 0 do
-      local n = #out
       local run
-      run, out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6], out[n + 7] =
+      run, out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6], out[o + 7] =
         take(st, spec, cost, count, true, nonce, 1)
-      out[n + 1] = run
+      out[o + 1] = run
+      o = o + 7
       count = count - run
     end
   else
@@ -80,7 +101,7 @@ for _ = 1, v[1] do
     local sts = {}
     for i = 1, k do sts[i] = state(KEYS[key_at + i - 1], shape[i]) end
     for _ = 1, count do
-      local base, blocked = #out + 1, false
+      local base, blocked = o + 1, false
       out[base] = 1
       for i = 1, k do
         local spec, j = shape[i], base + 6 * i - 5
@@ -95,6 +116,7 @@ for _ = 1, v[1] do
           if out[base + 6 * i - 5] == 1 then spec[1].take(sts[i], spec, spec[5], 1, true, nonce, i) end
         end
       end
+      o = o + 1 + 6 * k
     end
   end
   key_at = key_at + k
@@ -102,4 +124,12 @@ end
 for key, st in pairs(states) do
   if st.dirty then st.spec[1].save(key, st, st.spec) end
 end
-return write_ints(out)
+if o <= 1024 then
+  return struct.pack('<' .. string.rep('i8', o), unpack(out, 1, o))
+end
+local parts = {}
+for first = 1, o, 1024 do
+  local last = math.min(o, first + 1023)
+  parts[#parts + 1] = struct.pack('<' .. string.rep('i8', last - first + 1), unpack(out, first, last))
+end
+return table.concat(parts)

@@ -1,33 +1,38 @@
 -- fixed_window: a = limit, b = window ms. State: admitted cost n and the Redis time (ms)
 -- e the window ends; the window starts with the first admitted request, and the key
 -- expires (PXAT) when it ends.
-ALGOS[FW] = function() return {
-  load = function(key)
-    local n, e = read_state(key, '<dd')
-    if e and e > clock() then return {n = n, e = e, reset = ceil(e - clock())} end
-    return {n = 0, fresh = true}
-  end,
-  take = function(st, spec, cost, count, commit)
-    local limit, used = spec[2], st.n
-    -- Time stands still within a call: an existing window's reset was worked out on load.
-    local reset = st.reset or spec[3]
-    local fit = mfloor((limit - used) / cost)
-    if fit < 1 then
-      return count, 0, mmax(0, limit - used), reset, reset, 0, 0
-    end
-    local k = mmin(count, fit)
-    if commit then
-      if not st.e then st.e = ceil(clock() + spec[3]) end
-      st.n, st.dirty = used + k * cost, true
-    end
-    return k, 1, limit - used - cost, reset, 0, -cost, 0
-  end,
-  save = function(key, st)
-    local v = struct.pack('<dd', st.n, st.e)
-    if st.fresh then
-      redis.call('SET', key, v, 'PXAT', st.e)
-    else
-      redis.call('SET', key, v, 'KEEPTTL')  -- an existing window keeps its end
-    end
-  end,
-} end
+ALGOS[FW] = function(now, ceil, floor, whole, read_state)
+  local mfloor, mmin, mmax = math.floor, math.min, math.max
+  return {
+    load = function(key, spec)
+      local n, e = read_state(key, '<dd')
+      if e and e > now then
+        return {n = n, e = e, reset = ceil(e - now), fresh = false, dirty = false, spec = spec}
+      end
+      return {n = 0, e = nil, reset = nil, fresh = true, dirty = false, spec = spec}
+    end,
+    take = function(st, spec, cost, count, commit)
+      local limit, used = spec[2], st.n
+      -- Time stands still within a call: an existing window's reset was worked out on load.
+      local reset = st.reset or spec[3]
+      local fit = mfloor((limit - used) / cost)
+      if fit < 1 then
+        return count, 0, mmax(0, limit - used), reset, reset, 0, 0
+      end
+      local k = mmin(count, fit)
+      if commit then
+        if not st.e then st.e = ceil(now + spec[3]) end
+        st.n, st.dirty = used + k * cost, true
+      end
+      return k, 1, limit - used - cost, reset, 0, -cost, 0
+    end,
+    save = function(key, st)
+      local v = struct.pack('<dd', st.n, st.e)
+      if st.fresh then
+        redis.call('SET', key, v, 'PXAT', st.e)
+      else
+        redis.call('SET', key, v, 'KEEPTTL')  -- an existing window keeps its end
+      end
+    end,
+  }
+end

@@ -3,35 +3,37 @@
 -- than TAT + cost*T - burst*T, T being the emission interval. Times are worked out
 -- relative to now: absolute ones are near 1.7e12 ms, where doubles are 0.25 us apart,
 -- and TAT + T + T ... would drift enough to refuse a request that fits.
-ALGOS[GCRA] = function() return {
-  load = function(key)
-    local o, r = read_state(key, '<dd')
-    return {o = o, r = r}
-  end,
-  take = function(st, spec, cost, count, commit)
-    local now_ms = clock()
-    local origin = mfloor(now_ms)
-    local frac = now_ms - origin
-    local t = spec[3] / spec[2]
-    local tolerance = t * spec[4]
-    local tat = 0
-    if st.o then tat = mmax(st.o - origin + st.r - frac, 0) end
-    local new_tat = tat + t * cost
-    if new_tat - tolerance > 1e-9 then
-      return count, 0, mmax(0, floor((tolerance - tat) / t)), ceil(tat), mmax(1, ceil(new_tat - tolerance)), 0, 0
-    end
-    -- Admitted while each is no earlier than its allowed time; their resets are evenly
-    -- spaced only if cost*T is whole ms, else one at a time.
-    local step, k, last = whole(cost * spec[3] / spec[2]), 1, new_tat
-    if step then
-      while k < count and last + t * cost - tolerance <= 1e-9 do k, last = k + 1, last + t * cost end
-    end
-    if commit then
-      st.o, st.r, st.frac, st.dirty = origin, last + frac, frac, true
-    end
-    return k, 1, mmax(0, floor((tolerance - new_tat) / t)), ceil(new_tat), 0, -cost, step or 0
-  end,
-  save = function(key, st)
-    redis.call('SET', key, struct.pack('<dd', st.o, st.r), 'PX', ceil(st.r - st.frac) + 1)
-  end,
-} end
+ALGOS[GCRA] = function(now, ceil, floor, whole, read_state)
+  local mfloor, mmax = math.floor, math.max
+  local origin = mfloor(now)
+  local frac = now - origin
+  return {
+    load = function(key, spec)
+      local o, r = read_state(key, '<dd')
+      return {o = o, r = r, dirty = false, spec = spec}
+    end,
+    take = function(st, spec, cost, count, commit)
+      local t = spec[3] / spec[2]
+      local tolerance = t * spec[4]
+      local tat = 0
+      if st.o then tat = mmax(st.o - origin + st.r - frac, 0) end
+      local new_tat = tat + t * cost
+      if new_tat - tolerance > 1e-9 then
+        return count, 0, mmax(0, floor((tolerance - tat) / t)), ceil(tat), mmax(1, ceil(new_tat - tolerance)), 0, 0
+      end
+      -- Admitted while each is no earlier than its allowed time; their resets are evenly
+      -- spaced only if cost*T is whole ms, else one at a time.
+      local step, k, last = whole(cost * spec[3] / spec[2]), 1, new_tat
+      if step then
+        while k < count and last + t * cost - tolerance <= 1e-9 do k, last = k + 1, last + t * cost end
+      end
+      if commit then
+        st.o, st.r, st.dirty = origin, last + frac, true
+      end
+      return k, 1, mmax(0, floor((tolerance - new_tat) / t)), ceil(new_tat), 0, -cost, step or 0
+    end,
+    save = function(key, st)
+      redis.call('SET', key, struct.pack('<dd', st.o, st.r), 'PX', ceil(st.r - frac) + 1)
+    end,
+  }
+end
