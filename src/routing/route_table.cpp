@@ -51,7 +51,7 @@ int route_table::match(std::string_view host, std::string_view method, std::stri
 namespace {
 
 bool needs_normalizing(std::string_view path) {
-  if (path.find('%') != std::string_view::npos) return true;
+  if (path.find_first_of("%;") != std::string_view::npos) return true;
   if (path.find("//") != std::string_view::npos) return true;
   // "/." starts a dot segment ("/./", "/../", or at the end)
   for (auto pos = path.find("/."); pos != std::string_view::npos; pos = path.find("/.", pos + 1)) {
@@ -70,13 +70,26 @@ void merge_slashes(std::string& p) {
   p.swap(merged);
 }
 
-// Before dot segments are removed: decode "%2E"/"%2F" (normalize_path decodes them anyway)
-// and merge repeated slashes, so "/x//../admin" and "/x/%2F../admin" both give "/admin",
-// as in servers that merge slashes (nginx, Apache, Go's path.Clean), not "/x/admin".
+// Before dot segments are removed: drop each segment's path parameters (";" up to the
+// next "/"), decode "%2E"/"%2F" (normalize_path decodes them anyway) and merge repeated
+// slashes.
+// - Path parameters go first, on the raw path, as servlet containers (Tomcat, Jetty:
+//   the Spring services behind us) do: they serve "/api/login;x=1" as "/api/login" and
+//   "/public/..;/admin" as "/admin", so those must match the routes (and limits) of
+//   "/api/login" and "/admin", not a catch-all or "/public". "%3B" is no separator
+//   there, nor here.
+// - "/x//../admin" and "/x/%2F../admin" both give "/admin", as in servers that merge
+//   slashes (nginx, Apache, Go's path.Clean), not "/x/admin".
 std::string prepare_path(std::string_view p) {
   std::string out;
   out.reserve(p.size());
   for (std::size_t i = 0; i < p.size(); ++i) {
+    if (p[i] == ';') {
+      auto slash = p.find('/', i);
+      if (slash == std::string_view::npos) break;
+      i = slash - 1;
+      continue;
+    }
     if (p[i] == '%' && i + 2 < p.size() && p[i + 1] == '2') {
       char c = static_cast<char>(std::toupper(static_cast<unsigned char>(p[i + 2])));
       if (c == 'E' || c == 'F') {

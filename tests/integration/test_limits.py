@@ -200,3 +200,25 @@ def test_concurrency_limit_and_release(gateway_factory):
     # leases were released when the responses finished
     assert g.request(get("/slow?ms=1")).status == 200
     assert g.request(get("/slow?ms=1")).status == 200
+
+
+def test_path_parameters_cannot_bypass_a_limited_route(gateway_factory):
+    # Tomcat and Jetty (the Spring services behind floodgate) serve "/limited;x=1" as
+    # "/limited" and "/x/..;/limited" as "/limited": the limit must count them too.
+    exact = """  - name: r
+    match:
+      path: /limited
+    upstream: api
+    limits:
+""" + PER_IP + """  - name: rest
+    match:
+      path_prefix: /
+    upstream: api
+"""
+    g = gateway_factory(routes=exact)
+    for target in ("/limited;x=1", "/x/..;/limited", "/limited;jsessionid=A?q=1"):
+        r = g.request(get(target))
+        assert r.status == 200 and r.header("ratelimit-policy") == '"per-ip";q=3;w=5', target
+    assert g.request(get("/limited;y")).status == 429
+    # a literal ";" elsewhere in a segment is no bypass of other routes' matching
+    assert g.request(get("/limitedx;y")).status == 200

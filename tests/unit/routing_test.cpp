@@ -225,6 +225,35 @@ TEST_CASE("normalize_target_path: repeated slashes merged", "[routing]") {
   CHECK(norm("//./hello") == "/hello");
 }
 
+TEST_CASE("normalize_target_path: path parameters dropped, as servlet containers do", "[routing]") {
+  CHECK(norm("/api/login;x=1") == "/api/login");
+  CHECK(norm("/api/login;") == "/api/login");
+  CHECK(norm("/api;v=2/login;jsessionid=AB?x=1;y") == "/api/login");
+  CHECK(norm("/public/..;/admin") == "/admin");
+  CHECK(norm("/public/..;x=y/admin") == "/admin");
+  CHECK(norm("/public/.;/admin") == "/public/admin");
+  CHECK(norm("/..;/admin") == "/admin");
+  CHECK(norm("/;x/admin") == "/admin");
+  CHECK(norm("/a/;x/b") == "/a/b");
+  CHECK(norm("/;") == "/");
+  // Dropped before decoding, as Tomcat does: "%2F" inside a parameter does not end it,
+  // and "%3B" is no separator (Boost.URL decodes it: ";" is allowed in a path).
+  CHECK(norm("/a;x%2F..%2F../admin") == "/a/admin");
+  CHECK(norm("/a%3Bx/b") == "/a;x/b");
+  CHECK(norm("http://h/api/login;x=1") == "/api/login");
+
+  route_table t({exact("/api/login"), prefix("/admin/"), prefix("/public/"), prefix("/")});
+  auto route_of = [&](std::string_view target) {
+    std::string p;
+    REQUIRE(normalize_target_path(target, p));
+    return t.match("h", "GET", p);
+  };
+  CHECK(route_of("/api/login;x=1") == 0);
+  CHECK(route_of("/api/login;jsessionid=1?a=b") == 0);
+  CHECK(route_of("/public/..;/admin/users") == 1);
+  CHECK(route_of("/public/x;y/z") == 2);
+}
+
 TEST_CASE("normalize_target_path: absolute-form", "[routing]") {
   CHECK(norm("http://h/x?y") == "/x");
   CHECK(norm("http://h") == "/");
