@@ -72,8 +72,10 @@ local function state(key, spec)
   return st
 end
 
--- `out` is sized for the one run of one limit of the most common call.
-local out, o, key_at, nonce_at = {0, 0, 0, 0, 0, 0, 0}, 0, 1, 2
+-- The reply is built run by run: each run packed as it is decided (one struct.pack of
+-- a constant format, no table slot per number), all joined at the end.
+local parts, np, key_at, nonce_at = {}, 0, 1, 2
+local RUN1 = '<i8i8i8i8i8i8i8'
 for _ = 1, v[1] do
   local shape, count = shapes[v[at]], v[at + 1]
   at = at + 2
@@ -89,34 +91,32 @@ for _ = 1, v[1] do
     local spec = shape[1]
     local st, take, cost = state(KEYS[key_at], spec), spec[1].take, spec[5]
     while count > 0 do
-      local run
-      run, out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6], out[o + 7] =
-        take(st, spec, cost, count, true, nonce, 1)
-      out[o + 1] = run
-      o = o + 7
+      local run, allowed, remaining, reset, retry, d_remaining, d_reset = take(st, spec, cost, count, true, nonce, 1)
+      np = np + 1
+      parts[np] = struct.pack(RUN1, run, allowed, remaining, reset, retry, d_remaining, d_reset)
       count = count - run
     end
   else
     -- Several limits: request after request, each a run of one.
-    local sts = {}
+    local sts, row, fmt = {}, {1}, '<' .. string.rep('i8', 1 + 6 * k)
     for i = 1, k do sts[i] = state(KEYS[key_at + i - 1], shape[i]) end
     for _ = 1, count do
-      local base, blocked = o + 1, false
-      out[base] = 1
+      local blocked = false
       for i = 1, k do
-        local spec, j = shape[i], base + 6 * i - 5
+        local spec, j = shape[i], 6 * i - 4
         local _
-        _, out[j], out[j + 1], out[j + 2], out[j + 3] = spec[1].take(sts[i], spec, spec[5], 1, false, nonce, i)
-        out[j + 4], out[j + 5] = 0, 0
-        if out[j] == 0 and not spec[6] then blocked = true end
+        _, row[j], row[j + 1], row[j + 2], row[j + 3] = spec[1].take(sts[i], spec, spec[5], 1, false, nonce, i)
+        row[j + 4], row[j + 5] = 0, 0
+        if row[j] == 0 and not spec[6] then blocked = true end
       end
       if not blocked then
         for i = 1, k do
           local spec = shape[i]
-          if out[base + 6 * i - 5] == 1 then spec[1].take(sts[i], spec, spec[5], 1, true, nonce, i) end
+          if row[6 * i - 4] == 1 then spec[1].take(sts[i], spec, spec[5], 1, true, nonce, i) end
         end
       end
-      o = o + 1 + 6 * k
+      np = np + 1
+      parts[np] = struct.pack(fmt, unpack(row, 1, 1 + 6 * k))
     end
   end
   key_at = key_at + k
@@ -124,12 +124,5 @@ end
 for key, st in pairs(states) do
   if st.dirty then st.spec[1].save(key, st, st.spec) end
 end
-if o <= 1024 then
-  return struct.pack('<' .. string.rep('i8', o), unpack(out, 1, o))
-end
-local parts = {}
-for first = 1, o, 1024 do
-  local last = math.min(o, first + 1023)
-  parts[#parts + 1] = struct.pack('<' .. string.rep('i8', last - first + 1), unpack(out, first, last))
-end
+if np == 1 then return parts[1] end
 return table.concat(parts)
