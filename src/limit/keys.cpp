@@ -27,6 +27,37 @@ constexpr auto unsafe_bytes = [] {
 
 bool unsafe(unsigned char c) { return unsafe_bytes[c]; }
 
+// Percent-decoding (an invalid escape stays as it is); with `plus`, '+' is a space too
+// (query strings: application/x-www-form-urlencoded).
+void percent_decode(std::string_view raw, bool plus, std::string& out) {
+  out.clear();
+  for (std::size_t i = 0; i < raw.size(); ++i) {
+    char c = raw[i];
+    if (c == '%' && i + 2 < raw.size() && hexval(raw[i + 1]) >= 0 && hexval(raw[i + 2]) >= 0) {
+      out += static_cast<char>(hexval(raw[i + 1]) * 16 + hexval(raw[i + 2]));
+      i += 2;
+    } else {
+      out += plus && c == '+' ? ' ' : c;
+    }
+  }
+}
+
+// Whether the query parameter name `raw` decodes to `name`, without a copy.
+bool name_is(std::string_view raw, std::string_view name) {
+  std::size_t j = 0;
+  for (std::size_t i = 0; i < raw.size(); ++i, ++j) {
+    char c = raw[i];
+    if (c == '%' && i + 2 < raw.size() && hexval(raw[i + 1]) >= 0 && hexval(raw[i + 2]) >= 0) {
+      c = static_cast<char>(hexval(raw[i + 1]) * 16 + hexval(raw[i + 2]));
+      i += 2;
+    } else if (c == '+') {
+      c = ' ';
+    }
+    if (j == name.size() || name[j] != c) return false;
+  }
+  return j == name.size();
+}
+
 // FNV-1a, twice with different offsets: stable across builds and machines, so every
 // gateway instance derives the same key.
 std::string digest(std::string_view v) {
@@ -65,7 +96,9 @@ std::optional<std::string_view> query_param(std::string_view query, std::string_
     auto amp = query.find('&');
     auto pair = query.substr(0, amp);
     auto eq = pair.find('=');
-    if (pair.substr(0, eq) == name) return eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
+    // Names are matched decoded, as servlet containers read them: "api%5Fkey=K" is
+    // "api_key" upstream, so it must not be a missing key here.
+    if (name_is(pair.substr(0, eq), name)) return eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
     if (amp == std::string_view::npos) break;
     query.remove_prefix(amp + 1);
   }
@@ -107,24 +140,25 @@ bool build_key(std::string& out, std::string_view prefix, std::string_view route
       case kind::ip: v = r.client; break;
       case kind::header: v = r.header ? r.header(r.header_ctx, src.name) : std::nullopt; break;
       case kind::query:
-        // Decoded, so "abc" and "%61bc" are one identity.
+        // Decoded, so "abc" and "%61bc" are one identity (as they are to the upstream).
         if (auto raw = query_param(r.query, src.name)) {
-          decoded.clear();
-          for (std::size_t i = 0; i < raw->size(); ++i) {
-            char c = (*raw)[i];
-            if (c == '%' && i + 2 < raw->size() && hexval((*raw)[i + 1]) >= 0 && hexval((*raw)[i + 2]) >= 0) {
-              decoded += static_cast<char>(hexval((*raw)[i + 1]) * 16 + hexval((*raw)[i + 2]));
-              i += 2;
-            } else {
-              decoded += c == '+' ? ' ' : c;
-            }
-          }
+          percent_decode(*raw, true, decoded);
           v = decoded;
         }
         break;
       case kind::cookie: {
+        // Percent-decoded too ('+' stays): Spring's @CookieValue reads "%4B" as "K".
         auto c = r.header ? r.header(r.header_ctx, "Cookie") : std::nullopt;
-        if (c) v = cookie_value(*c, src.name);
+        if (c) {
+          if (auto raw = cookie_value(*c, src.name)) {
+            if (raw->find('%') == std::string_view::npos) {
+              v = raw;
+            } else {
+              percent_decode(*raw, false, decoded);
+              v = decoded;
+            }
+          }
+        }
         break;
       }
     }

@@ -30,7 +30,8 @@ std::optional<std::string> build_key(std::string_view prefix, std::string_view r
 bool build_key(std::string& out, std::string_view prefix, std::string_view route, const config::limit_config& l,
                const request_parts& r);
 
-// `name`'s value in a query string ("a=1&b=2") or a Cookie header ("a=1; b=2").
+// `name`'s raw value in a query string ("a=1&b=2"; names compared percent-decoded) or a
+// Cookie header ("a=1; b=2"); the first if there are several.
 std::optional<std::string_view> query_param(std::string_view query, std::string_view name);
 std::optional<std::string_view> cookie_value(std::string_view cookie_header, std::string_view name);
 

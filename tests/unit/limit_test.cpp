@@ -703,6 +703,20 @@ TEST_CASE("build_key: sources and the exact format", "[limit]") {
   CHECK(build_key("", "r", keyed({{kind::ip, {}}, {kind::header, "X-Api-Key"}, {kind::query, "c"}}), r) ==
         "{r:l:1.2.3.4|abc|3}");
 
+  // One identity however the client spells it, as the upstream reads it: query names
+  // and values and cookie values percent-decoded ('+' a space in a query only).
+  header_map enc{{"Cookie", "sid=x%79z"}};
+  auto spelled = parts(enc, "1.2.3.4", "us%65r=b%6Fb");
+  CHECK(build_key("fg:", "api", keyed({{kind::query, "user"}}), spelled) == "fg:{api:l:bob}");
+  CHECK(build_key("fg:", "api", keyed({{kind::cookie, "sid"}}), spelled) == "fg:{api:l:xyz}");
+  header_map plus{{"Cookie", "sid=a+b"}};
+  auto plus_parts = parts(plus, "1.2.3.4", "user=a+b");
+  CHECK(build_key("", "r", keyed({{kind::query, "user"}}), plus_parts) == "{r:l:a%20b}");
+  CHECK(build_key("", "r", keyed({{kind::cookie, "sid"}}), plus_parts) == "{r:l:a+b}");
+  // a name spelled with escapes is no missing key (skip would let it past the limit)
+  CHECK(build_key("p", "r", keyed({{kind::query, "api_key"}}, cfg::on_missing_key::skip),
+                  parts(enc, "1.2.3.4", "api%5Fkey=K")) == "p{r:l:K}");
+
   auto v6 = parts(h, "2001:db8::/64");
   CHECK(build_key("fg:", "api", keyed({{kind::ip, {}}}), v6) == "fg:{api:l:2001%3Adb8%3A%3A/64}");
 }
@@ -808,6 +822,13 @@ TEST_CASE("query_param and cookie_value", "[limit]") {
            {"x=1&&a=3", "a", "3"},
            {"a=b=c", "a", "b=c"},
            {"A=1", "a", std::nullopt},
+           // names decoded, as the upstream reads them; the value is returned raw
+           {"api%5Fkey=K%41", "api_key", "K%41"},
+           {"%61=1", "a", "1"},
+           {"a+b=1", "a b", "1"},
+           {"a%2=1&a=2", "a", "2"},  // an invalid escape is no match for "a"
+           {"a%2=1", "a%2", "1"},
+           {"ab%=1", "ab", std::nullopt},
        }) {
     INFO(t.query << " / " << t.name);
     CHECK(query_param(t.query, t.name) == t.want);
