@@ -26,6 +26,12 @@ route_table::route_table(const std::vector<config::route_config>& routes) {
     entry e;
     e.host = normalize_host(r.match.host);
     e.methods = r.match.methods;
+    // A GET route takes HEAD too: servlet containers and Spring serve HEAD with the GET
+    // handler (nginx's limit_except GET does the same), so a HEAD flood must not slip
+    // past a GET route's limits to a catch-all.
+    if (std::find(e.methods.begin(), e.methods.end(), "GET") != e.methods.end() &&
+        std::find(e.methods.begin(), e.methods.end(), "HEAD") == e.methods.end())
+      e.methods.emplace_back("HEAD");
     e.prefix = r.match.path.empty();
     e.path = e.prefix ? r.match.path_prefix : r.match.path;
     entries_.push_back(std::move(e));

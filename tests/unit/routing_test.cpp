@@ -97,6 +97,12 @@ TEST_CASE("route_table: method sets, empty = any", "[routing]") {
   CHECK(t.match("h", "DELETE", "/any/x") == 2);
   CHECK(t.match("h", "PATCH", "/any/x") == 2);
   CHECK(t.match("h", "BREW", "/any/x") == 2);
+  // HEAD is served by GET handlers upstream, so a GET route takes it.
+  CHECK(t.match("h", "HEAD", "/w/1") == 1);
+  route_table head_first({prefix("/w/", {"HEAD"}), prefix("/w/", {"GET"})});
+  CHECK(head_first.match("h", "HEAD", "/w/1") == 0);
+  route_table post_only({prefix("/w/", {"POST"}), prefix("/")});
+  CHECK(post_only.match("h", "HEAD", "/w/1") == 1);
 }
 
 TEST_CASE("route_table: host match is case-insensitive, ignores port and trailing dot", "[routing]") {
