@@ -38,6 +38,18 @@ route_table::route_table(const std::vector<config::route_config>& routes) {
   }
 }
 
+namespace {
+
+// An exact path also matches itself with one trailing slash: Spring MVC 5 (Spring Boot
+// 2) serves "/login/" with the "/login" handler, so "/login/" must not slip past the
+// route (and limits) of "/login" to a catch-all.
+bool exact_match(std::string_view path, std::string_view want) {
+  if (path.size() == want.size() + 1 && path.back() == '/' && !want.ends_with('/')) path.remove_suffix(1);
+  return path == want;
+}
+
+}  // namespace
+
 int route_table::match(std::string_view host, std::string_view method, std::string_view path) const {
   std::string h;
   bool host_done = false;
@@ -48,7 +60,7 @@ int route_table::match(std::string_view host, std::string_view method, std::stri
       if (h != e.host) continue;
     }
     if (!e.methods.empty() && std::find(e.methods.begin(), e.methods.end(), method) == e.methods.end()) continue;
-    if (e.prefix ? !path.starts_with(e.path) : path != e.path) continue;
+    if (e.prefix ? !path.starts_with(e.path) : !exact_match(path, e.path)) continue;
     return static_cast<int>(i);
   }
   return -1;
