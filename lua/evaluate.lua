@@ -50,8 +50,8 @@ for s = 1, v[2] do
 end
 for h = 1, v[3] do
   local k = v[at]
-  local first = specs[v[at + 1]]
-  local shape = {first, k = k, nonce = first[1].members or false}
+  local first = k > 0 and specs[v[at + 1]]
+  local shape = {first, k = k, nonce = first and first[1].members or false}
   for i = 2, k do
     local spec = specs[v[at + i]]
     shape[i] = spec

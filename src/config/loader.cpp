@@ -292,6 +292,12 @@ class loader {
       r_.error(node, "limits must be a list");
       return;
     }
+    // Every limit of a route is checked in one script call, its answer unpacked on Lua's
+    // bounded stack; no real route comes near this.
+    constexpr std::size_t max_limits = 64;
+    if (node.size() > max_limits)
+      r_.error(node, "a route has at most " + std::to_string(max_limits) + " limits, this one has " +
+                         std::to_string(node.size()));
     std::set<std::string> names;
     std::size_t index = 0;
     for (const auto& ln : node) {

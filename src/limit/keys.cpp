@@ -42,6 +42,13 @@ void percent_decode(std::string_view raw, bool plus, std::string& out) {
   }
 }
 
+// Whether every '%' in `raw` starts a valid escape.
+bool escapes_valid(std::string_view raw) {
+  for (auto i = raw.find('%'); i != std::string_view::npos; i = raw.find('%', i + 1))
+    if (i + 2 >= raw.size() || hexval(raw[i + 1]) < 0 || hexval(raw[i + 2]) < 0) return false;
+  return true;
+}
+
 // Whether the query parameter name `raw` decodes to `name`, without a copy.
 bool name_is(std::string_view raw, std::string_view name) {
   std::size_t j = 0;
@@ -96,9 +103,12 @@ std::optional<std::string_view> query_param(std::string_view query, std::string_
     auto amp = query.find('&');
     auto pair = query.substr(0, amp);
     auto eq = pair.find('=');
-    // Names are matched decoded, as servlet containers read them: "api%5Fkey=K" is
-    // "api_key" upstream, so it must not be a missing key here.
-    if (name_is(pair.substr(0, eq), name)) return eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
+    // As servlet containers read them: names are matched decoded ("api%5Fkey=K" is
+    // "api_key" upstream, so it must not be a missing key here), and a pair with a bad
+    // escape is dropped (Tomcat drops it, so "api_key=%zz1&api_key=K" is K upstream and
+    // must not be a fresh identity per spelling here).
+    if (name_is(pair.substr(0, eq), name) && escapes_valid(pair))
+      return eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
     if (amp == std::string_view::npos) break;
     query.remove_prefix(amp + 1);
   }

@@ -129,6 +129,12 @@ TEST_CASE("bad configurations report the first problem with line, column and mes
       {"scalar where match mapping is expected", kRoutesHead + "  - name: r\n    match: /x\n    upstream: api\n", 6, 12,
        "match must be a mapping"},
       {"limits not a list", kLimitsHead + "      name: l\n", 10, 7, "limits must be a list"},
+      {"too many limits", kLimitsHead + [] {
+         std::string s;
+         for (int i = 0; i < 65; ++i)
+           s += "      - {name: l" + std::to_string(i) + ", algorithm: fixed_window, limit: 5, window: 1s}\n";
+         return s;
+       }(), 10, 7, "a route has at most 64 limits, this one has 65"},
       // --- upstreams
       {"missing routes", kUpstreams, 1, 1, "missing required key 'routes'"},
       {"upstreams as a list", "upstreams: [api]\n" + routes_rest, 1, 12, "upstreams must be a mapping of name to upstream"},
