@@ -222,3 +222,36 @@ def test_path_parameters_cannot_bypass_a_limited_route(gateway_factory):
     assert g.request(get("/limited;y")).status == 429
     # a literal ";" elsewhere in a segment is no bypass of other routes' matching
     assert g.request(get("/limitedx;y")).status == 200
+
+
+def test_head_and_a_trailing_slash_count_against_a_get_route(gateway_factory):
+    # Spring serves HEAD with the GET handler, and Spring MVC 5 "/limited/" with the
+    # "/limited" one: neither may slip past the GET route's limit to the catch-all.
+    exact = """  - name: r
+    match:
+      path: /limited
+      methods: [GET]
+    upstream: api
+    limits:
+""" + PER_IP + """  - name: rest
+    match:
+      path_prefix: /
+    upstream: api
+"""
+    g = gateway_factory(routes=exact)
+    with g.connect() as s:
+        s.sendall(b"HEAD /limited HTTP/1.1\r\nHost: example.com\r\n\r\n")
+        r = read_response(s, head_request=True)
+        assert r.status == 200 and r.header("ratelimit") == '"per-ip";r=2;t=5'
+        s.sendall(get("/limited/"))
+        assert read_response(s).header("ratelimit") == '"per-ip";r=1;t=5'
+        s.sendall(get("/limited"))
+        assert read_response(s).status == 200
+        # the 429 to a HEAD has its head only, and the connection goes on
+        s.sendall(b"HEAD /limited HTTP/1.1\r\nHost: example.com\r\n\r\n")
+        r = read_response(s, head_request=True)
+        assert r.status == 429 and r.header("retry-after") == "5"
+        s.sendall(get("/echo"))
+        assert read_response(s).status == 200
+    # other methods are not the GET route's
+    assert g.request(b"POST /limited HTTP/1.1\r\nHost: example.com\r\nContent-Length: 0\r\n\r\n").status == 200
