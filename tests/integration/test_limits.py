@@ -202,20 +202,24 @@ def test_concurrency_limit_and_release(gateway_factory):
     assert g.request(get("/slow?ms=1")).status == 200
 
 
-def test_path_parameters_cannot_bypass_a_limited_route(gateway_factory):
-    # Tomcat and Jetty (the Spring services behind floodgate) serve "/limited;x=1" as
-    # "/limited" and "/x/..;/limited" as "/limited": the limit must count them too.
-    exact = """  - name: r
+def exact_route(limits, match_extra=""):
+    """An exact /limited route with `limits`, then a catch-all without."""
+    return f"""  - name: r
     match:
       path: /limited
-    upstream: api
+{match_extra}    upstream: api
     limits:
-""" + PER_IP + """  - name: rest
+{limits}  - name: rest
     match:
       path_prefix: /
     upstream: api
 """
-    g = gateway_factory(routes=exact)
+
+
+def test_path_parameters_cannot_bypass_a_limited_route(gateway_factory):
+    # Tomcat and Jetty (the Spring services behind floodgate) serve "/limited;x=1" as
+    # "/limited" and "/x/..;/limited" as "/limited": the limit must count them too.
+    g = gateway_factory(routes=exact_route(PER_IP))
     for target in ("/limited;x=1", "/x/..;/limited", "/limited;jsessionid=A?q=1"):
         r = g.request(get(target))
         assert r.status == 200 and r.header("ratelimit-policy") == '"per-ip";q=3;w=5', target
@@ -227,18 +231,7 @@ def test_path_parameters_cannot_bypass_a_limited_route(gateway_factory):
 def test_head_and_a_trailing_slash_count_against_a_get_route(gateway_factory):
     # Spring serves HEAD with the GET handler, and Spring MVC 5 "/limited/" with the
     # "/limited" one: neither may slip past the GET route's limit to the catch-all.
-    exact = """  - name: r
-    match:
-      path: /limited
-      methods: [GET]
-    upstream: api
-    limits:
-""" + PER_IP + """  - name: rest
-    match:
-      path_prefix: /
-    upstream: api
-"""
-    g = gateway_factory(routes=exact)
+    g = gateway_factory(routes=exact_route(PER_IP, "      methods: [GET]\n"))
     with g.connect() as s:
         s.sendall(b"HEAD /limited HTTP/1.1\r\nHost: example.com\r\n\r\n")
         r = read_response(s, head_request=True)
