@@ -194,8 +194,15 @@ class loader {
         r_.error(rn, "route needs a name");
       }
       auto m = o.get("match");
-      if (present(m)) match(m, rc.match);
-      else r_.error(rn, "route '" + rc.name + "' needs a match");
+      if (present(m)) {
+        match(m, rc.match);
+        if (auto by = shadowed_by_slash(c.routes, rc.match))
+          r_.error(m["path"], "route '" + rc.name + "' can never match: route '" + *by + "' before it takes " +
+                                  rc.match.path + " too (an exact path also takes one trailing slash); list '" +
+                                  rc.name + "' first");
+      } else {
+        r_.error(rn, "route '" + rc.name + "' needs a match");
+      }
       auto up = o.get("upstream");
       if (present(up)) {
         auto name_s = r_.string(up);
@@ -223,6 +230,27 @@ class loader {
       if (auto n = o.get("limits"); present(n)) limits(n, rc);
       c.routes.push_back(std::move(rc));
     }
+  }
+
+  // The earlier route that takes every request of exact path `m.path` ("/a/") because
+  // it is exact "/a" (see routing::route_table), with the same host or none and
+  // methods that cover m's; or nothing.
+  static std::optional<std::string> shadowed_by_slash(const std::vector<route_config>& earlier, const route_match& m) {
+    if (m.path.size() < 2 || m.path.back() != '/') return std::nullopt;
+    std::string_view bare(m.path.data(), m.path.size() - 1);
+    auto takes = [](const std::vector<std::string>& set, const std::string& method) {
+      auto has = [&](std::string_view x) { return std::find(set.begin(), set.end(), x) != set.end(); };
+      return has(method) || (method == "HEAD" && has("GET"));
+    };
+    for (const auto& e : earlier) {
+      if (e.match.path != bare || (!e.match.host.empty() && e.match.host != m.host)) continue;
+      if (!e.match.methods.empty() &&
+          (m.methods.empty() || !std::all_of(m.methods.begin(), m.methods.end(),
+                                             [&](const std::string& x) { return takes(e.match.methods, x); })))
+        continue;
+      return e.name;
+    }
+    return std::nullopt;
   }
 
   void match(const YAML::Node& node, route_match& m) {

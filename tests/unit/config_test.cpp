@@ -128,6 +128,16 @@ TEST_CASE("bad configurations report the first problem with line, column and mes
       {"mapping where a number is expected", "workers: {a: 1}\n" + kRoutes, 1, 10, "expected a single value, got a mapping"},
       {"scalar where match mapping is expected", kRoutesHead + "  - name: r\n    match: /x\n    upstream: api\n", 6, 12,
        "match must be a mapping"},
+      {"exact route shadowed by one without the trailing slash",
+       kRoutes + "  - name: s\n    match:\n      path: /x/\n    upstream: api\n", 11, 13,
+       "route 's' can never match: route 'r' before it takes /x/ too (an exact path also takes one trailing "
+       "slash); list 's' first"},
+      {"shadowed for its methods, HEAD by GET",
+       kRoutesHead + "  - name: r\n    match: {path: /x, methods: [GET, POST]}\n    upstream: api\n" +
+           "  - name: s\n    match: {path: /x/, methods: [HEAD, POST]}\n    upstream: api\n",
+       9, 19,
+       "route 's' can never match: route 'r' before it takes /x/ too (an exact path also takes one trailing "
+       "slash); list 's' first"},
       {"limits not a list", kLimitsHead + "      name: l\n", 10, 7, "limits must be a list"},
       {"too many limits", kLimitsHead + [] {
          std::string s;
@@ -754,4 +764,22 @@ TEST_CASE("diagnostic::str() is FILE:LINE:COL: message", "[config]") {
   auto r = load("listn: \"0.0.0.0:1\"\n" + kRoutes);
   REQUIRE(r.errors.size() == 1);
   CHECK(r.errors[0].str() == "test.yaml:1:1: unknown key 'listn' (did you mean 'listen'?)");
+}
+
+TEST_CASE("an exact path and itself with a trailing slash load when the second can still match", "[config]") {
+  auto route = [](const std::string& name, const std::string& match) {
+    return "  - name: " + name + "\n    match: " + match + "\n    upstream: api\n";
+  };
+  for (const auto& routes : std::vector<std::string>{
+           route("s", "{path: /x/}") + route("r", "{path: /x}"),                                   // slash first
+           route("r", "{path: /x, methods: [GET]}") + route("s", "{path: /x/, methods: [POST]}"),  // other methods
+           route("r", "{path: /x, methods: [GET]}") + route("s", "{path: /x/}"),                   // any method
+           route("r", "{path: /x, host: a.example}") + route("s", "{path: /x/, host: b.example}"),
+           route("r", "{path: /x, host: a.example}") + route("s", "{path: /x/}"),                  // any host
+           route("r", "{path_prefix: /x}") + route("s", "{path: /x/}"),  // a prefix shadows as it always did
+       }) {
+    auto r = load(kRoutesHead + routes);
+    INFO(routes << describe(r));
+    CHECK(r.ok());
+  }
 }
