@@ -263,8 +263,13 @@ class loader {
     if (present(prefix)) set(m.path_prefix, prefix_s = r_.string(prefix));
     if (present(path) && present(prefix)) r_.error(prefix, "match takes path or path_prefix, not both");
     else if (!present(path) && !present(prefix)) r_.error(node, "match needs path or path_prefix");
-    for (auto [n, v] : {std::pair{path, &path_s}, std::pair{prefix, &prefix_s}})
+    for (auto [n, v] : {std::pair{path, &path_s}, std::pair{prefix, &prefix_s}}) {
       if (*v && (v->value().empty() || v->value().front() != '/')) r_.error(n, "path must start with '/'");
+      // Requests are matched with their path parameters dropped (see routing).
+      else if (*v && v->value().find(';') != std::string::npos)
+        r_.error(n, "a path cannot contain ';' (path parameters are dropped before matching, as servlet "
+                    "containers do, so it would never match)");
+    }
     if (auto n = o.get("methods"); present(n)) {
       for (const auto& item : r_.list(n, true)) {
         auto s = r_.string(item);

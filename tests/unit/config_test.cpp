@@ -138,6 +138,9 @@ TEST_CASE("bad configurations report the first problem with line, column and mes
        9, 19,
        "route 's' can never match: route 'r' before it takes /x/ too (an exact path also takes one trailing "
        "slash); list 's' first"},
+      {"';' in a path", kRoutesHead + "  - name: r\n    match:\n      path: /x;v=1\n    upstream: api\n", 7, 13,
+       "a path cannot contain ';' (path parameters are dropped before matching, as servlet containers do, so it "
+       "would never match)"},
       {"limits not a list", kLimitsHead + "      name: l\n", 10, 7, "limits must be a list"},
       {"too many limits", kLimitsHead + [] {
          std::string s;
