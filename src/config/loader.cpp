@@ -7,6 +7,7 @@
 
 #include "config/duration.hpp"
 #include "net/cidr.hpp"
+#include "routing/route_table.hpp"
 
 namespace fg::config {
 namespace {
@@ -238,12 +239,15 @@ class loader {
   static std::optional<std::string> shadowed_by_slash(const std::vector<route_config>& earlier, const route_match& m) {
     if (m.path.size() < 2 || m.path.back() != '/') return std::nullopt;
     std::string_view bare(m.path.data(), m.path.size() - 1);
+    if (bare.ends_with('/')) return std::nullopt;  // "/a/" does not take "/a//" (exact_match)
+    const auto host = routing::normalize_host(m.host);
     auto takes = [](const std::vector<std::string>& set, const std::string& method) {
       auto has = [&](std::string_view x) { return std::find(set.begin(), set.end(), x) != set.end(); };
       return has(method) || (method == "HEAD" && has("GET"));
     };
     for (const auto& e : earlier) {
-      if (e.match.path != bare || (!e.match.host.empty() && e.match.host != m.host)) continue;
+      if (e.match.path != bare) continue;
+      if (auto h = routing::normalize_host(e.match.host); !h.empty() && h != host) continue;
       if (!e.match.methods.empty() &&
           (m.methods.empty() || !std::all_of(m.methods.begin(), m.methods.end(),
                                              [&](const std::string& x) { return takes(e.match.methods, x); })))
@@ -267,8 +271,8 @@ class loader {
       if (*v && (v->value().empty() || v->value().front() != '/')) r_.error(n, "path must start with '/'");
       // Requests are matched with their path parameters dropped (see routing).
       else if (*v && v->value().find(';') != std::string::npos)
-        r_.error(n, "a path cannot contain ';' (path parameters are dropped before matching, as servlet "
-                    "containers do, so it would never match)");
+        r_.error(n, "a path cannot contain ';' (requests are matched with their path parameters, ';' up to the "
+                    "next '/', dropped, as servlet containers do: only a request spelling it %3B would match)");
     }
     if (auto n = o.get("methods"); present(n)) {
       for (const auto& item : r_.list(n, true)) {

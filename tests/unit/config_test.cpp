@@ -132,6 +132,12 @@ TEST_CASE("bad configurations report the first problem with line, column and mes
        kRoutes + "  - name: s\n    match:\n      path: /x/\n    upstream: api\n", 11, 13,
        "route 's' can never match: route 'r' before it takes /x/ too (an exact path also takes one trailing "
        "slash); list 's' first"},
+      {"shadowed whatever the host's case, port or trailing dot",
+       kRoutesHead + "  - name: r\n    match: {path: /x, host: A.example:8080}\n    upstream: api\n" +
+           "  - name: s\n    match: {path: /x/, host: a.example.}\n    upstream: api\n",
+       9, 19,
+       "route 's' can never match: route 'r' before it takes /x/ too (an exact path also takes one trailing "
+       "slash); list 's' first"},
       {"shadowed for its methods, HEAD by GET",
        kRoutesHead + "  - name: r\n    match: {path: /x, methods: [GET, POST]}\n    upstream: api\n" +
            "  - name: s\n    match: {path: /x/, methods: [HEAD, POST]}\n    upstream: api\n",
@@ -139,8 +145,8 @@ TEST_CASE("bad configurations report the first problem with line, column and mes
        "route 's' can never match: route 'r' before it takes /x/ too (an exact path also takes one trailing "
        "slash); list 's' first"},
       {"';' in a path", kRoutesHead + "  - name: r\n    match:\n      path: /x;v=1\n    upstream: api\n", 7, 13,
-       "a path cannot contain ';' (path parameters are dropped before matching, as servlet containers do, so it "
-       "would never match)"},
+       "a path cannot contain ';' (requests are matched with their path parameters, ';' up to the next '/', "
+       "dropped, as servlet containers do: only a request spelling it %3B would match)"},
       {"limits not a list", kLimitsHead + "      name: l\n", 10, 7, "limits must be a list"},
       {"too many limits", kLimitsHead + [] {
          std::string s;
@@ -780,6 +786,8 @@ TEST_CASE("an exact path and itself with a trailing slash load when the second c
            route("r", "{path: /x, host: a.example}") + route("s", "{path: /x/, host: b.example}"),
            route("r", "{path: /x, host: a.example}") + route("s", "{path: /x/}"),                  // any host
            route("r", "{path_prefix: /x}") + route("s", "{path: /x/}"),  // a prefix shadows as it always did
+           route("r", "{path: /x/}") + route("s", "{path: /x//}"),  // not this rule's (slashes are merged)
+           route("r", "{path: /x, methods: [GET]}") + route("s", "{path: /x/, methods: [HEAD, POST]}"),
        }) {
     auto r = load(kRoutesHead + routes);
     INFO(routes << describe(r));
