@@ -273,6 +273,19 @@ class loader {
       else if (*v && v->value().find(';') != std::string::npos)
         r_.error(n, "a path cannot contain ';' (requests are matched with their path parameters, ';' up to the "
                     "next '/', dropped, as servlet containers do: only a request spelling it %3B would match)");
+      else if (*v) {
+        // Requests are matched normalised: a path that normalisation changes is never
+        // seen. A prefix is checked with a character after it, so that "/." (which
+        // matches "/.well-known") is no dot segment.
+        const bool is_prefix = v == &prefix_s;
+        std::string want = v->value() + (is_prefix ? "x" : ""), seen;
+        if (!routing::normalize_target_path(want, seen)) {
+          r_.error(n, "invalid path '" + v->value() + "'");
+        } else if (seen != want) {
+          if (is_prefix) seen.pop_back();
+          r_.error(n, "requests are matched normalised, so '" + v->value() + "' is never seen: write '" + seen + "'");
+        }
+      }
     }
     if (auto n = o.get("methods"); present(n)) {
       for (const auto& item : r_.list(n, true)) {

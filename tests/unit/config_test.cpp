@@ -147,6 +147,12 @@ TEST_CASE("bad configurations report the first problem with line, column and mes
       {"';' in a path", kRoutesHead + "  - name: r\n    match:\n      path: /x;v=1\n    upstream: api\n", 7, 13,
        "a path cannot contain ';' (requests are matched with their path parameters, ';' up to the next '/', "
        "dropped, as servlet containers do: only a request spelling it %3B would match)"},
+      {"a path normalisation changes", kRoutesHead + "  - name: r\n    match:\n      path: /a//b/../c\n    upstream: api\n",
+       7, 13, "requests are matched normalised, so '/a//b/../c' is never seen: write '/a/c'"},
+      {"a prefix normalisation changes", kRoutesHead + "  - name: r\n    match:\n      path_prefix: /%61pi/\n    upstream: api\n",
+       7, 20, "requests are matched normalised, so '/%61pi/' is never seen: write '/api/'"},
+      {"a path with a character requests cannot carry", kRoutesHead + "  - name: r\n    match:\n      path: \"/a b\"\n    upstream: api\n",
+       7, 13, "invalid path '/a b'"},
       {"limits not a list", kLimitsHead + "      name: l\n", 10, 7, "limits must be a list"},
       {"too many limits", kLimitsHead + [] {
          std::string s;
@@ -786,8 +792,9 @@ TEST_CASE("an exact path and itself with a trailing slash load when the second c
            route("r", "{path: /x, host: a.example}") + route("s", "{path: /x/, host: b.example}"),
            route("r", "{path: /x, host: a.example}") + route("s", "{path: /x/}"),                  // any host
            route("r", "{path_prefix: /x}") + route("s", "{path: /x/}"),  // a prefix shadows as it always did
-           route("r", "{path: /x/}") + route("s", "{path: /x//}"),  // not this rule's (slashes are merged)
            route("r", "{path: /x, methods: [GET]}") + route("s", "{path: /x/, methods: [HEAD, POST]}"),
+           route("r", "{path_prefix: /.}") + route("s", "{path_prefix: /.well-known/}"),  // "/." is no dot segment
+           route("r", "{path: \"/caf%C3%A9\"}") + route("s", "{path_prefix: /a/b.c/}"),
        }) {
     auto r = load(kRoutesHead + routes);
     INFO(routes << describe(r));
