@@ -78,7 +78,6 @@ class Gateway:
     def __init__(self, tmp_path, upstream_address, http=None, extra="", routes=None, workers=1,
                  upstream_opts=None, access_log="off", log_format="text", trusted="10.0.0.0/8", store="memory",
                  redis=None, prefix=None, env=None, redis_extra="", binary=BIN):
-        self.port = free_port()
         h = dict(DEFAULT_HTTP)
         h.update(http or {})
         http_yaml = "\n".join(f"  {k}: {v}" for k, v in h.items())
@@ -92,7 +91,7 @@ class Gateway:
 """
         self.access_log = tmp_path / "access.log" if access_log == "file" else None
         self.config = tmp_path / "floodgate.yaml"
-        self.config.write_text(f"""listen: "127.0.0.1:{self.port}"
+        template = f"""listen: "127.0.0.1:__PORT__"
 workers: {workers}
 log:
   level: info
@@ -113,12 +112,36 @@ upstreams:
 routes:
 {routes}
 {extra}
-""")
-        self.stderr = open(tmp_path / "floodgate.stderr", "w+")
+"""
         full_env = dict(os.environ, **(env or {}))
-        self.proc = subprocess.Popen([binary, "--config", str(self.config)], stdout=self.stderr, stderr=self.stderr,
-                                     env=full_env)
-        wait_for_port(self.port, proc=self.proc)
+        # free_port() frees the port before the gateway binds it, and the other test
+        # files run in parallel: if someone took it meanwhile, start again on another.
+        for _ in range(3):
+            self.port = free_port()
+            self.config.write_text(template.replace("__PORT__", str(self.port)))
+            self.stderr_path = tmp_path / "floodgate.stderr"
+            self.stderr = open(self.stderr_path, "w+")
+            self.proc = subprocess.Popen([binary, "--config", str(self.config)], stdout=self.stderr,
+                                         stderr=self.stderr, env=full_env)
+            if self._listening():
+                return
+            self.stderr.close()
+        raise RuntimeError("floodgate found no free port:\n" + self.stderr_path.read_text(errors="replace"))
+
+    def _listening(self, deadline_s=15.0):
+        """True once this process logs that it listens (the port answering is not
+        enough: it may be another's); False if it could not bind the port."""
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end:
+            text = self.log_text()
+            if "floodgate listening on" in text:
+                return True
+            if self.proc.poll() is not None:
+                if "cannot listen" in text:
+                    return False
+                raise RuntimeError(f"floodgate exited with {self.proc.returncode}:\n{text}")
+            time.sleep(0.02)
+        raise TimeoutError(f"floodgate not listening after {deadline_s}s")
 
     def connect(self, timeout=10):
         s = socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
@@ -137,9 +160,9 @@ routes:
         raise AssertionError("no VmHWM")
 
     def log_text(self):
-        self.stderr.flush()
-        self.stderr.seek(0)
-        return self.stderr.read()
+        # Through a file of its own: seeking self.stderr would move the offset the
+        # gateway writes at (the two share it).
+        return self.stderr_path.read_text(errors="replace")
 
     def stop(self, sig=signal.SIGTERM, timeout=15):
         if self.proc.poll() is None:
@@ -292,17 +315,40 @@ class RedisServer:
     """A real redis-server on a free port, for one test."""
 
     def __init__(self, tmp_path, extra=(), auth=()):
-        self.port = free_port()
         self.dir = tmp_path
         self.extra = list(extra)
         self.auth = list(auth)
-        self.start()
+        # free_port() frees the port before redis-server binds it, and the other test
+        # files run in parallel: if someone took it meanwhile, start again on another.
+        for _ in range(3):
+            self.port = free_port()
+            if self.start():
+                return
+        raise RuntimeError("redis-server found no free port")
 
     def start(self):
+        """Starts redis-server on self.port: True once it answers as this process
+        (the port answering is not enough: it may be another's), False if it exited."""
         self.proc = subprocess.Popen(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
                                       "--appendonly", "no", "--dir", str(self.dir), *self.extra],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for_port(self.port, proc=self.proc)
+        try:
+            wait_for_port(self.port, proc=self.proc)
+        except RuntimeError:
+            return False
+        end = time.monotonic() + 10
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                return False
+            try:
+                info = subprocess.run(["redis-cli", "-p", str(self.port), *self.auth, "info", "server"],
+                                      capture_output=True, text=True, timeout=1).stdout
+            except subprocess.TimeoutExpired:  # another program's port
+                info = ""
+            if f"process_id:{self.proc.pid}" in info:
+                return True
+            time.sleep(0.02)
+        raise TimeoutError(f"redis-server on port {self.port} never answered as process {self.proc.pid}")
 
     @property
     def address(self):

@@ -200,7 +200,7 @@ def test_redis_down_follows_on_store_error_and_recovers(gateway_factory, redis_s
     assert allow.request(get("/limited", extra="X-K: a\r\n")).status == 200
     codes = [local.request(get("/local", extra="X-K: z\r\n")).status for _ in range(3)]
     assert codes == [200, 200, 429]  # the memory store enforces the limit on this instance
-    redis_server.start()
+    assert redis_server.start()  # same port, after stop()
     end = time.monotonic() + 10
     while time.monotonic() < end:
         if deny.request(get("/limited", extra="X-K: b\r\n")).status == 200:
@@ -263,7 +263,7 @@ def test_script_flush_and_restart_during_load(gateway_factory, redis_server):
     redis_server.stop()
     down_at = time.monotonic()
     time.sleep(0.5)
-    redis_server.start()
+    assert redis_server.start()  # same port, after stop()
     time.sleep(1.5)
     stop.set()
     for t in ts:
