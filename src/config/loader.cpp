@@ -234,23 +234,19 @@ class loader {
   }
 
   // The earlier route that takes every request of exact path `m.path` ("/a/") because
-  // it is exact "/a" (see routing::route_table), with the same host or none and
-  // methods that cover m's; or nothing.
+  // it is exact "/a", which the router lets take "/a/" too, with the same host or none
+  // and methods that cover m's; or nothing. (An identical earlier path is not this
+  // rule's.)
   static std::optional<std::string> shadowed_by_slash(const std::vector<route_config>& earlier, const route_match& m) {
-    if (m.path.size() < 2 || m.path.back() != '/') return std::nullopt;
-    std::string_view bare(m.path.data(), m.path.size() - 1);
-    if (bare.ends_with('/')) return std::nullopt;  // "/a/" does not take "/a//" (exact_match)
+    if (m.path.empty()) return std::nullopt;
     const auto host = routing::normalize_host(m.host);
-    auto takes = [](const std::vector<std::string>& set, const std::string& method) {
-      auto has = [&](std::string_view x) { return std::find(set.begin(), set.end(), x) != set.end(); };
-      return has(method) || (method == "HEAD" && has("GET"));
-    };
     for (const auto& e : earlier) {
-      if (e.match.path != bare) continue;
+      if (e.match.path.empty() || e.match.path == m.path || !routing::exact_path_takes(e.match.path, m.path)) continue;
       if (auto h = routing::normalize_host(e.match.host); !h.empty() && h != host) continue;
       if (!e.match.methods.empty() &&
-          (m.methods.empty() || !std::all_of(m.methods.begin(), m.methods.end(),
-                                             [&](const std::string& x) { return takes(e.match.methods, x); })))
+          (m.methods.empty() || !std::all_of(m.methods.begin(), m.methods.end(), [&](const std::string& x) {
+            return routing::methods_take(e.match.methods, x);
+          })))
         continue;
       return e.name;
     }

@@ -27,17 +27,22 @@ constexpr auto unsafe_bytes = [] {
 
 bool unsafe(unsigned char c) { return unsafe_bytes[c]; }
 
+// The byte that `s` escapes at `i` ("%4B"), or -1 if no valid escape starts there.
+int escape_at(std::string_view s, std::size_t i) {
+  if (s[i] != '%' || i + 2 >= s.size() || hexval(s[i + 1]) < 0 || hexval(s[i + 2]) < 0) return -1;
+  return hexval(s[i + 1]) * 16 + hexval(s[i + 2]);
+}
+
 // Percent-decoding (an invalid escape stays as it is); with `plus`, '+' is a space too
 // (query strings: application/x-www-form-urlencoded).
 void percent_decode(std::string_view raw, bool plus, std::string& out) {
   out.clear();
   for (std::size_t i = 0; i < raw.size(); ++i) {
-    char c = raw[i];
-    if (c == '%' && i + 2 < raw.size() && hexval(raw[i + 1]) >= 0 && hexval(raw[i + 2]) >= 0) {
-      out += static_cast<char>(hexval(raw[i + 1]) * 16 + hexval(raw[i + 2]));
+    if (int b = escape_at(raw, i); b >= 0) {
+      out += static_cast<char>(b);
       i += 2;
     } else {
-      out += plus && c == '+' ? ' ' : c;
+      out += plus && raw[i] == '+' ? ' ' : raw[i];
     }
   }
 }
@@ -45,7 +50,7 @@ void percent_decode(std::string_view raw, bool plus, std::string& out) {
 // Whether every '%' in `raw` starts a valid escape.
 bool escapes_valid(std::string_view raw) {
   for (auto i = raw.find('%'); i != std::string_view::npos; i = raw.find('%', i + 1))
-    if (i + 2 >= raw.size() || hexval(raw[i + 1]) < 0 || hexval(raw[i + 2]) < 0) return false;
+    if (escape_at(raw, i) < 0) return false;
   return true;
 }
 
@@ -54,8 +59,8 @@ bool name_is(std::string_view raw, std::string_view name) {
   std::size_t j = 0;
   for (std::size_t i = 0; i < raw.size(); ++i, ++j) {
     char c = raw[i];
-    if (c == '%' && i + 2 < raw.size() && hexval(raw[i + 1]) >= 0 && hexval(raw[i + 2]) >= 0) {
-      c = static_cast<char>(hexval(raw[i + 1]) * 16 + hexval(raw[i + 2]));
+    if (int b = escape_at(raw, i); b >= 0) {
+      c = static_cast<char>(b);
       i += 2;
     } else if (c == '+') {
       c = ' ';

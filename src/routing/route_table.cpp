@@ -26,29 +26,21 @@ route_table::route_table(const std::vector<config::route_config>& routes) {
     entry e;
     e.host = normalize_host(r.match.host);
     e.methods = r.match.methods;
-    // A GET route takes HEAD too: servlet containers and Spring serve HEAD with the GET
-    // handler (nginx's limit_except GET does the same), so a HEAD flood must not slip
-    // past a GET route's limits to a catch-all.
-    if (std::find(e.methods.begin(), e.methods.end(), "GET") != e.methods.end() &&
-        std::find(e.methods.begin(), e.methods.end(), "HEAD") == e.methods.end())
-      e.methods.emplace_back("HEAD");
     e.prefix = r.match.path.empty();
     e.path = e.prefix ? r.match.path_prefix : r.match.path;
     entries_.push_back(std::move(e));
   }
 }
 
-namespace {
-
-// An exact path also matches itself with one trailing slash: Spring MVC 5 (Spring Boot
-// 2) serves "/login/" with the "/login" handler, so "/login/" must not slip past the
-// route (and limits) of "/login" to a catch-all.
-bool exact_match(std::string_view path, std::string_view want) {
-  if (path.size() == want.size() + 1 && path.back() == '/' && !want.ends_with('/')) path.remove_suffix(1);
-  return path == want;
+bool methods_take(const std::vector<std::string>& methods, std::string_view method) {
+  auto has = [&](std::string_view m) { return std::find(methods.begin(), methods.end(), m) != methods.end(); };
+  return methods.empty() || has(method) || (method == "HEAD" && has("GET"));
 }
 
-}  // namespace
+bool exact_path_takes(std::string_view route_path, std::string_view path) {
+  if (path.size() == route_path.size() + 1 && path.back() == '/' && !route_path.ends_with('/')) path.remove_suffix(1);
+  return path == route_path;
+}
 
 int route_table::match(std::string_view host, std::string_view method, std::string_view path) const {
   std::string h;
@@ -59,8 +51,8 @@ int route_table::match(std::string_view host, std::string_view method, std::stri
       if (!host_done) h = normalize_host(host), host_done = true;
       if (h != e.host) continue;
     }
-    if (!e.methods.empty() && std::find(e.methods.begin(), e.methods.end(), method) == e.methods.end()) continue;
-    if (e.prefix ? !path.starts_with(e.path) : !exact_match(path, e.path)) continue;
+    if (!methods_take(e.methods, method)) continue;
+    if (e.prefix ? !path.starts_with(e.path) : !exact_path_takes(e.path, path)) continue;
     return static_cast<int>(i);
   }
   return -1;
