@@ -4,6 +4,7 @@
 #include <boost/url/url.hpp>
 
 #include <algorithm>
+#include <array>
 
 namespace fg::routing {
 
@@ -60,16 +61,52 @@ int route_table::match(std::string_view host, std::string_view method, std::stri
 
 namespace {
 
-bool needs_normalizing(std::string_view path) {
-  if (path.find_first_of("%;") != std::string_view::npos) return true;
-  if (path.find("//") != std::string_view::npos) return true;
-  // "/." starts a dot segment ("/./", "/../", or at the end)
-  for (auto pos = path.find("/."); pos != std::string_view::npos; pos = path.find("/.", pos + 1)) {
-    auto rest = path.substr(pos + 2);
-    if (rest.empty() || rest.front() == '/' || (rest.front() == '.' && (rest.size() == 1 || rest[1] == '/')))
-      return true;
+// What one pass over an origin-form target found in its path (before any '?').
+enum class path_scan { plain, needs_normalizing, bad };
+
+// The classes of a path's bytes: most are plain and cost the scan one table load.
+enum : unsigned char { c_plain, c_bad, c_slash, c_special, c_query, c_fragment };
+constexpr auto byte_classes = [] {
+  std::array<unsigned char, 256> t{};
+  for (int c = 0; c < 256; ++c)
+    t[static_cast<std::size_t>(c)] = c <= 0x20 || c >= 0x7f || c == '\\' ? c_bad : c_plain;
+  t['/'] = c_slash;
+  t['%'] = t[';'] = c_special;
+  t['?'] = c_query;
+  t['#'] = c_fragment;
+  return t;
+}();
+
+// One pass: a path with no control, space, non-ASCII or '\\' byte, no '#' anywhere in the
+// target, and no escape, ';', "//" or dot segment ("/./", "/../", or at the end) is
+// plain: routes match it as it is. `path` is set to the part before '?'.
+path_scan scan_origin_form(std::string_view target, std::string_view& path) {
+  const auto* p = reinterpret_cast<const unsigned char*>(target.data());
+  const std::size_t n = target.size();
+  auto result = path_scan::plain;
+  std::size_t i = 0;
+  for (; i < n; ++i) {
+    switch (byte_classes[p[i]]) {
+      case c_plain: continue;
+      case c_slash: {
+        // Where the path's segment ends: at its end, or at a '/'.
+        auto ends = [&](std::size_t k) { return k == n || p[k] == '/' || p[k] == '?'; };
+        if (i + 1 < n && (p[i + 1] == '/' || (p[i + 1] == '.' && (ends(i + 2) || (p[i + 2] == '.' && ends(i + 3))))))
+          result = path_scan::needs_normalizing;
+        continue;
+      }
+      case c_special: result = path_scan::needs_normalizing; continue;
+      case c_bad:
+      case c_fragment: return path_scan::bad;
+      case c_query: break;
+    }
+    break;
   }
-  return false;
+  path = target.substr(0, i);
+  // A fragment is no part of a request target (RFC 9112 §3.2) and Beast lets "#" through:
+  // cutting it off would match "/public#/../admin" as "/public" while upstream may see "/admin".
+  if (i < n && target.find('#', i) != std::string_view::npos) return path_scan::bad;
+  return result;
 }
 
 void merge_slashes(std::string& p) {
@@ -121,17 +158,10 @@ bool normalize_target_path(std::string_view target, std::string& out) {
   if (target.empty()) return false;
   std::string prepared;
   if (target.front() == '/') {
-    // A fragment is no part of a request target (RFC 9112 §3.2) and Beast lets "#" through:
-    // cutting it off would match "/public#/../admin" as "/public" while upstream may see "/admin".
-    if (target.find('#') != std::string_view::npos) return false;
-    auto q = target.find('?');
-    std::string_view path = target.substr(0, q);
-    // Fast path: plain paths are the common case and need no parsing beyond a scan.
-    bool plain = std::all_of(path.begin(), path.end(), [](char c) {
-      return static_cast<unsigned char>(c) > 0x20 && static_cast<unsigned char>(c) < 0x7f && c != '\\';
-    });
-    if (!plain) return false;
-    if (!needs_normalizing(path)) {
+    std::string_view path;
+    auto scan = scan_origin_form(target, path);
+    if (scan == path_scan::bad) return false;
+    if (scan == path_scan::plain) {
       out.assign(path);
       return true;
     }

@@ -187,6 +187,12 @@ TEST_CASE("normalize_target_path: dot segments", "[routing]") {
   CHECK(norm("/./") == "/");
   CHECK(norm("/.") == "/");
   CHECK(norm("/a/./b/./c?x") == "/a/b/c");
+  // A dot segment ends at the query too; "..." and ".b" are names.
+  CHECK(norm("/a/.?x") == "/a/");
+  CHECK(norm("/a/..?x=/b") == "/");
+  CHECK(norm("/a/...?x") == "/a/...");
+  CHECK(norm("/a/.b?x") == "/a/.b");
+  CHECK(norm("/a/...") == "/a/...");
   // Percent-encoded dots are dots.
   CHECK(norm("/a/%2e%2e/admin") == "/admin");
   CHECK(norm("/a/%2E%2E/admin") == "/admin");
