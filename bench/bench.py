@@ -138,6 +138,16 @@ def cpu_seconds(pids):
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def core_ticks(core):
+    """(idle, total) clock ticks of one core so far, from /proc/stat."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        f = line.split()
+        if f[0] == f"cpu{core}":
+            ticks = [int(x) for x in f[1:9]]
+            return ticks[3] + ticks[4], sum(ticks)
+    return 0, 1
+
+
 def children(pid):
     out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
     return [int(x) for x in out.split()]
@@ -148,6 +158,11 @@ def peak_rss_kib(pid):
         if line.startswith("VmHWM:"):
             return int(line.split()[1])
     return 0
+
+
+def units_column(values):
+    values = [v for v in values if v is not None]
+    return f"{statistics.median(values):.2f}" if values else "-"
 
 
 def main():
@@ -172,7 +187,8 @@ def main():
             procs.append(r)
             redis_pids[core] = r.pid
             wait_port(port)
-        procs.append(nginx(work, "origin", f'listen 127.0.0.1:{up_port} backlog=4096; location / {{ return 200 "ok\\n"; }}'))
+        origin = nginx(work, "origin", f'listen 127.0.0.1:{up_port} backlog=4096; location / {{ return 200 "ok\\n"; }}')
+        procs.append(origin)
         proxy = nginx(work, "proxy",
                            f"listen 127.0.0.1:{nginx_port} backlog=4096; location / {{ proxy_pass http://origin; "
                            'proxy_http_version 1.1; proxy_set_header Connection ""; }',
@@ -185,6 +201,7 @@ def main():
             wait_port(p)
         time.sleep(0.2)
         proxy_pids = {"nginx": children(proxy.pid) or [proxy.pid], "fg+redis 1core": [fg1.pid]}
+        origin_pids = children(origin.pid) or [origin.pid]
         # name: (port, path, the redis-server it uses)
         targets = {"nginx": (nginx_port, "/", CLIENT_CORE), "floodgate": (fg_port, "/", CLIENT_CORE),
                    "fg+redis": (fg_port, "/limited", CLIENT_CORE),
@@ -222,18 +239,25 @@ def main():
                 pids = proxy_pids.get(name, [fg.pid])
                 redis_port, redis_pid = redis_ports[core], redis_pids[core]
                 before = redis_calls(redis_port)
-                cpu_before = cpu_seconds(pids), cpu_seconds([redis_pid])
+                cpu_before = cpu_seconds(pids), cpu_seconds([redis_pid]), cpu_seconds(origin_pids)
+                idle_before = core_ticks(SERVER_CORE)
                 r = wrk(port, c, SECONDS, path, expect_errors=name == "fg flood")
                 n = max(1, wrk.last_requests)
                 per_req = (redis_calls(redis_port) - before) / n
                 proxy_us = (cpu_seconds(pids) - cpu_before[0]) / n * 1e6
                 redis_us = (cpu_seconds([redis_pid]) - cpu_before[1]) / n * 1e6
+                origin_us = (cpu_seconds(origin_pids) - cpu_before[2]) / n * 1e6
+                idle_after = core_ticks(SERVER_CORE)
+                idle = (idle_after[0] - idle_before[0]) / max(1, idle_after[1] - idle_before[1])
                 commands.setdefault((name, c), []).append(per_req)
-                cpu.setdefault((name, c), []).append((proxy_us, redis_us))
+                # (a flood's 429s never reach the origin: no ratio)
+                units = proxy_us / origin_us if origin_us > 0.5 else None
+                cpu.setdefault((name, c), []).append((proxy_us, redis_us, units, idle))
                 results.setdefault((name, c), []).append(r)
                 got.append((name, r))
                 print(f"  [{i:3}/{total}] {name:14} c={c:<3} {r[0]:10.0f} req/s  p50 {r[1]:6.2f} ms  p99 {r[2]:6.2f} ms"
-                      f"  redis cmds/req {per_req:.4f}  cpu/req: proxy {proxy_us:5.1f} us, redis {redis_us:4.1f} us")
+                      f"  redis cmds/req {per_req:.4f}  cpu/req: proxy {proxy_us:5.1f} us, redis {redis_us:4.1f} us,"
+                      f" origin {origin_us:4.1f} us  servers' core idle {idle * 100:4.1f}%")
             for k in range(1, len(got), 2):
                 name, r = got[k]
                 rps = (got[k - 1][1][0] + got[k + 1][1][0]) / 2
@@ -242,9 +266,12 @@ def main():
         rss = peak_rss_kib(fg.pid)
         print()
         print("medians over rounds; each ratio is against the mean of the two nginx plain proxy runs around it")
-        print("(same connection count), then the median (and the lowest, highest) of those")
+        print("(same connection count), then the median (and the lowest, highest) of those. 'proxy/origin':")
+        print("the proxy's CPU per request in units of the origin nginx's (whose work per request is the same")
+        print("in every run), which this VM's swings of speed move far less than req/s; 'idle': the servers' core")
         print(f"{'run':>14} {'conns':>5} | {'req/s':>9} {'p50':>8} {'p99':>8} | {'req/s ratio':>11} {'(min..max)':>12} "
-              f"{'p99 ratio':>9} | {'redis cmds/req':>14} | {'proxy us/req':>12} {'redis us/req':>12}")
+              f"{'p99 ratio':>9} | {'redis cmds/req':>14} | {'proxy us/req':>12} {'redis us/req':>12} | "
+              f"{'proxy/origin':>12} {'idle':>5}")
         for c in CONNECTIONS:
             for name in targets:
                 rs = results[(name, c)]
@@ -253,7 +280,9 @@ def main():
                 pr = statistics.median(x[1] for x in ratios.get((name, c), [(1.0, 1.0)]))
                 print(f"{name:>14} {c:>5} | {f[0]:>9.0f} {f[1]:>6.2f}ms {f[2]:>6.2f}ms | {statistics.median(rr):>10.2f}x "
                       f"({min(rr):.2f}..{max(rr):.2f}) {pr:>8.2f}x | {statistics.median(commands[(name, c)]):>14.4f} | "
-                      f"{statistics.median(x[0] for x in cpu[(name, c)]):>12.1f} {statistics.median(x[1] for x in cpu[(name, c)]):>12.1f}")
+                      f"{statistics.median(x[0] for x in cpu[(name, c)]):>12.1f} {statistics.median(x[1] for x in cpu[(name, c)]):>12.1f} | "
+                      f"{units_column([x[2] for x in cpu[(name, c)]]):>12} "
+                      f"{statistics.median(x[3] for x in cpu[(name, c)]) * 100:>4.1f}%")
         print(f"floodgate peak RSS: {rss / 1024:.1f} MiB")
     finally:
         for p in procs:
