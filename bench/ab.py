@@ -66,17 +66,25 @@ def main():
                 rps, p50, _ = bench.wrk(port, conns, seconds, path, expect_errors=True)
                 n = max(1, bench.wrk.last_requests)
                 ticks1 = bench.core_ticks(bench.SERVER_CORE)
-                units = (bench.cpu_seconds([pid]) - cpu0) / max(1e-9, bench.cpu_seconds(origin_pids) - origin0)
+                proxy_us = (bench.cpu_seconds([pid]) - cpu0) / n * 1e6
+                origin_us = (bench.cpu_seconds(origin_pids) - origin0) / n * 1e6
+                units = proxy_us / max(1e-9, origin_us)
                 idle = (ticks1[0] - ticks0[0]) / max(1, ticks1[1] - ticks0[1])
                 calls = (bench.redis_calls(redis_port) - calls0) / n
-                runs.setdefault(name, []).append((units, idle, rps, p50, calls))
+                runs.setdefault(name, []).append((units, idle, rps, p50, calls, proxy_us, origin_us))
                 print(f"  round {rnd + 1} {name}: {rps:7.0f} req/s  p50 {p50:5.2f} ms  proxy/origin CPU {units:.3f}"
-                      f"  idle {idle * 100:4.1f}%  redis calls/req {calls:.4f}", flush=True)
+                      f" ({proxy_us:4.1f}/{origin_us:4.1f} us)  idle {idle * 100:4.1f}%  redis calls/req {calls:.4f}", flush=True)
         print(f"medians of {rounds} runs each, {path}, {conns} connections")
         for name, rs in runs.items():
-            med = [statistics.median(r[k] for r in rs) for k in range(5)]
+            med = [statistics.median(r[k] for r in rs) for k in range(7)]
             print(f"  {name} ({binaries[name]}): proxy/origin CPU {med[0]:.3f}  idle {med[1] * 100:.1f}%  "
-                  f"{med[2]:.0f} req/s  p50 {med[3]:.2f} ms  redis calls/req {med[4]:.4f}")
+                  f"{med[2]:.0f} req/s  p50 {med[3]:.2f} ms  redis calls/req {med[4]:.4f}  proxy {med[5]:.1f} us/req  "
+                  f"origin {med[6]:.1f} us/req")
+        # Runs of one round are seconds apart: their ratios drift least.
+        a, b = runs["A"], runs["B"]
+        for k, what in ((2, "req/s"), (5, "proxy us/req"), (6, "origin us/req")):
+            print(f"  B/A {what}, median of the rounds' ratios: "
+                  f"{statistics.median(y[k] / x[k] for x, y in zip(a, b)):.3f}")
     finally:
         for p in reversed(procs):  # the gateways before the Redis they use
             p.send_signal(signal.SIGTERM)
