@@ -66,8 +66,8 @@ class script_call {
 
 // Batches the limit checks of concurrent requests on one worker into one script call,
 // so that Redis runs the script once for many requests: the requests that become
-// ready in one turn of the event loop, or while two calls are in flight, up to
-// `max_batch` (a full batch goes at once). Each request's limits stay atomic in the
+// ready in one turn of the event loop, or while the previous call is in flight, up
+// to `max_batch` (a full batch goes at once). Each request's limits stay atomic in the
 // script. Per worker.
 class redis_batcher {
  public:
@@ -86,7 +86,7 @@ class redis_batcher {
     redis_batcher* owner = nullptr;
     unsigned in_flight = 0;
   };
-  static constexpr unsigned max_in_flight = 2;
+  static constexpr unsigned max_in_flight = 1;
   void flush();
   void schedule_flush();
 
