@@ -15,8 +15,6 @@ every connection waits, e.g. for Redis). req/s is printed too, but only differen
 10% or more show through its noise; the CPU units resolve about 2% (an A/A run of one
 binary against itself differed by 1.6%)."""
 import os
-import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -104,14 +102,7 @@ def main():
             print(f"  B/A {what}, median of the rounds' ratios: "
                   f"{statistics.median(y[k] / x[k] for x, y in zip(a, b)):.3f}")
     finally:
-        for p in reversed(procs):  # the gateways before the Redis they use
-            p.send_signal(signal.SIGTERM)
-        for p in reversed(procs):
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        shutil.rmtree(work, ignore_errors=True)
+        bench.stop_all(procs, work)
 
 
 if __name__ == "__main__":

@@ -160,6 +160,18 @@ def peak_rss_kib(pid):
     return 0
 
 
+def stop_all(procs, work):
+    """Stops the processes, last started first (gateways before the Redis they use),
+    and removes the work directory."""
+    for p in reversed(procs):
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+    shutil.rmtree(work, ignore_errors=True)
+
+
 def units_column(values):
     values = [v for v in values if v is not None]
     return f"{statistics.median(values):.2f}" if values else "-"
@@ -285,14 +297,7 @@ def main():
                       f"{statistics.median(x[3] for x in cpu[(name, c)]) * 100:>4.1f}%")
         print(f"floodgate peak RSS: {rss / 1024:.1f} MiB")
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        shutil.rmtree(work, ignore_errors=True)
+        stop_all(procs, work)
 
 
 if __name__ == "__main__":
