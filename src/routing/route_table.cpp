@@ -89,7 +89,7 @@ path_scan scan_origin_form(std::string_view target, std::string_view& path) {
     switch (byte_classes[p[i]]) {
       case c_plain: continue;
       case c_slash: {
-        // Where the path's segment ends: at its end, or at a '/'.
+        // A segment ends at a '/' or where the path does (at '?' or the target's end).
         auto ends = [&](std::size_t k) { return k == n || p[k] == '/' || p[k] == '?'; };
         if (i + 1 < n && (p[i + 1] == '/' || (p[i + 1] == '.' && (ends(i + 2) || (p[i + 2] == '.' && ends(i + 3))))))
           result = path_scan::needs_normalizing;
