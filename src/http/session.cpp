@@ -22,6 +22,7 @@
 #include "http/responses.hpp"
 #include "http/tunnel.hpp"
 #include "limit/memory_store.hpp"
+#include "upstream/send_batch.hpp"
 #include "limit/redis_store.hpp"
 #include "obs/access_log.hpp"
 #include "upstream/pool.hpp"
@@ -218,7 +219,13 @@ auto session::write_down(std::span<const asio::const_buffer> bufs) {
 auto session::write_up(upstream::connection& up, std::span<const asio::const_buffer> bufs,
                        std::chrono::milliseconds timeout) {
   entry_->arm(timeout);
-  return asio::async_write(up.socket, bufs, use_tuple);
+  return asio::async_initiate<decltype(use_tuple), void(error_code, std::size_t)>(
+      [&up, bufs](auto handler) {
+        // Resumed with a batch from Redis: the batch's writes go out together.
+        if (auto* batch = upstream::send_batch::current()) batch->add(up.socket, bufs, std::move(handler));
+        else asio::async_write(up.socket, bufs, std::move(handler));
+      },
+      use_tuple);
 }
 
 asio::awaitable<session::outcome> session::send_local(unsigned status, bool keep_alive, std::string_view body,

@@ -11,6 +11,7 @@
 #include <charconv>
 
 #include "redis/connection.hpp"
+#include "upstream/send_batch.hpp"
 
 namespace fg::limit {
 
@@ -222,9 +223,13 @@ void redis_batcher::flush() {
       w.ec = ec;
       if (!ec) b->call.decisions(w.slot, w.checks, w.out);
     }
-    // The requests go on from the event loop, not from inside hiredis' callback.
+    // The requests go on from the event loop, not from inside hiredis' callback, and
+    // their upstream writes go out together (upstream/send_batch.hpp).
     boost::asio::post(ex, [b] {
+      auto& sends = upstream::send_batch::of_this_thread();
+      const bool batched = b->waiters.size() > 1 && sends.open();
       for (auto& w : b->waiters) std::move(w.resume)(w.ec);
+      if (batched) sends.submit();
     });
     --flow->in_flight;
     if (flow->owner) flow->owner->schedule_flush();

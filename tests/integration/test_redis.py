@@ -274,3 +274,38 @@ def test_script_flush_and_restart_during_load(gateway_factory, redis_server):
     assert any(s == 503 for t, s in seen if t >= down_at)
     # and the gateway recovered by itself
     assert [s for _, s in seen[-20:]] == [200] * 20
+
+
+def test_requests_resumed_together_reach_their_own_connections(gateway_factory, redis_server):
+    """Requests answered by one Redis call resume together and their upstream writes
+    go out in one submission (upstream/send_batch): each request, head and body, must
+    reach the upstream whole and on its own connection. 16 clients send POSTs with
+    bodies of their own bytes and sizes (up to 200 KB: past the first write) at once."""
+    g = gateway_factory(routes=route(limit("fixed_window", key="global", limit=100000, window="1m"), path="/upload"),
+                        store="redis", redis=redis_server.address)
+    problems = []
+    lock = threading.Lock()
+
+    def client(n):
+        s = g.connect()
+        rd = Reader(s)
+        for k in range(6):
+            size = (n * 7919 + k * 104729) % 200_000 + 1
+            fill = (n * 6 + k) % 251 + 1
+            body = bytes([fill]) * size
+            s.sendall(f"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: {size}\r\n\r\n".encode() + body)
+            r = read_response(s, reader=rd)
+            want = {"length": size, "sum": fill * ((size + 4095) // 4096)}
+            if r.status != 200 or r.json() != want:
+                with lock:
+                    problems.append((n, k, r.status, r.body[:200], want))
+        s.close()
+
+    ts = [threading.Thread(target=client, args=(i,)) for i in range(16)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not problems, problems[:3]
+    # They went through Redis in shared calls: fewer calls than requests.
+    assert redis_server.command_calls("evalsha") < 96

@@ -1,0 +1,144 @@
+#include "upstream/send_batch.hpp"
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
+#include <liburing.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace fg::upstream {
+
+namespace {
+thread_local send_batch* collecting = nullptr;
+constexpr unsigned ring_entries = 256;
+}  // namespace
+
+struct send_batch::ring {
+  io_uring r{};
+  ~ring() { io_uring_queue_exit(&r); }
+};
+
+send_batch& send_batch::of_this_thread() {
+  thread_local send_batch b;
+  return b;
+}
+
+send_batch* send_batch::current() { return collecting; }
+
+send_batch::~send_batch() = default;
+
+bool send_batch::open() {
+  if (!tried_) {
+    tried_ = true;
+    auto r = std::make_unique<ring>();
+    if (int e = io_uring_queue_init(ring_entries, &r->r, 0); e < 0)
+      spdlog::info("io_uring unavailable ({}): upstream writes go one system call each", std::strerror(-e));
+    else
+      ring_ = std::move(r);
+  }
+  if (!ring_) return false;
+  collecting = this;
+  return true;
+}
+
+void send_batch::add(boost::asio::ip::tcp::socket& s, std::span<const boost::asio::const_buffer> bufs, handler h) {
+  queued_.push_back({&s, bufs, std::move(h)});
+}
+
+void send_batch::submit() {
+  collecting = nullptr;
+  if (queued_.empty()) return;
+  auto writes = std::move(queued_);
+  queued_.clear();
+  for (std::size_t at = 0; at < writes.size(); at += ring_entries)
+    send(std::span(writes).subspan(at, std::min<std::size_t>(ring_entries, writes.size() - at)));
+}
+
+void send_batch::send(std::span<write> writes) {
+  const std::size_t n = writes.size();
+  if (!ring_) {
+    for (auto& w : writes) boost::asio::async_write(*w.socket, w.bufs, std::move(w.done));
+    return;
+  }
+  std::vector<std::vector<iovec>> iovs(n);
+  std::vector<msghdr> msgs(n);
+  std::vector<std::size_t> totals(n, 0);
+  // Not submitted: -EAGAIN (sent as before). Submitted and never answered: -EIO (it
+  // may have gone out; the request fails rather than risk sending it twice).
+  std::vector<int> results(n, -EAGAIN);
+  for (std::size_t i = 0; i < n; ++i) {
+    for (const auto& b : writes[i].bufs) {
+      iovs[i].push_back({const_cast<void*>(b.data()), b.size()});
+      totals[i] += b.size();
+    }
+    msgs[i] = {};
+    msgs[i].msg_iov = iovs[i].data();
+    msgs[i].msg_iovlen = iovs[i].size();
+    auto* sqe = io_uring_get_sqe(&ring_->r);  // the ring has room: at most ring_entries per call
+    // MSG_DONTWAIT: a socket that cannot take the data answers -EAGAIN at once, so every
+    // send completes within the submission and the worker never waits on the ring.
+    io_uring_prep_sendmsg(sqe, writes[i].socket->native_handle(), &msgs[i], MSG_DONTWAIT | MSG_NOSIGNAL);
+    io_uring_sqe_set_data64(sqe, i);
+  }
+  // Submitted sends complete inside the submission (MSG_DONTWAIT), so waiting for
+  // their completions does not block.
+  unsigned submitted = 0;
+  while (submitted < n) {
+    int r = io_uring_submit(&ring_->r);
+    if (r > 0) submitted += static_cast<unsigned>(r);
+    else if (r != -EINTR && r != -EAGAIN && r != -EBUSY) break;
+  }
+  for (unsigned i = 0; i < submitted; ++i) results[i] = -EIO;
+  for (unsigned seen = 0; seen < submitted;) {
+    io_uring_cqe* cqe = nullptr;
+    if (int r = io_uring_wait_cqe(&ring_->r, &cqe); r < 0) {
+      if (r == -EINTR) continue;
+      break;
+    }
+    if (auto i = io_uring_cqe_get_data64(cqe); i < n) results[i] = cqe->res;
+    io_uring_cqe_seen(&ring_->r, cqe);
+    ++seen;
+  }
+  if (submitted < n) {
+    // The ring failed: what it did not take is dropped with it, and sent as before.
+    spdlog::warn("io_uring submission failed: upstream writes go one system call each");
+    ring_.reset();
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    auto& w = writes[i];
+    const int res = results[i];
+    if (res >= 0 && static_cast<std::size_t>(res) == totals[i]) {
+      boost::asio::post(w.socket->get_executor(),
+                        [h = std::move(w.done), t = totals[i]]() mutable { std::move(h)(boost::system::error_code{}, t); });
+      continue;
+    }
+    if (res < 0 && res != -EAGAIN) {
+      boost::asio::post(w.socket->get_executor(), [h = std::move(w.done), res]() mutable {
+        std::move(h)(boost::system::error_code(-res, boost::system::system_category()), 0);
+      });
+      continue;
+    }
+    // The socket took part of it, or none yet: the rest as an ordinary write.
+    const std::size_t sent = res > 0 ? static_cast<std::size_t>(res) : 0;
+    auto rest = std::make_shared<std::vector<boost::asio::const_buffer>>();
+    std::size_t skip = sent;
+    for (const auto& b : w.bufs) {
+      if (skip >= b.size()) {
+        skip -= b.size();
+        continue;
+      }
+      rest->push_back(boost::asio::buffer(static_cast<const char*>(b.data()) + skip, b.size() - skip));
+      skip = 0;
+    }
+    boost::asio::async_write(*w.socket, *rest,
+                             [rest, sent, h = std::move(w.done)](boost::system::error_code ec, std::size_t m) mutable {
+                               std::move(h)(ec, sent + m);
+                             });
+  }
+}
+
+}  // namespace fg::upstream
