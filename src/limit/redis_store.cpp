@@ -227,9 +227,14 @@ void redis_batcher::flush() {
     // their upstream writes go out together (upstream/send_batch.hpp).
     boost::asio::post(ex, [b] {
       auto& sends = upstream::send_batch::of_this_thread();
-      const bool batched = b->waiters.size() > 1 && sends.open();
+      // Submitted at the end of this scope, even if a resumed request throws.
+      struct submit_at_end {
+        upstream::send_batch* batch;
+        ~submit_at_end() {
+          if (batch) batch->submit();
+        }
+      } at_end{b->waiters.size() > 1 && sends.open() ? &sends : nullptr};
       for (auto& w : b->waiters) std::move(w.resume)(w.ec);
-      if (batched) sends.submit();
     });
     --flow->in_flight;
     if (flow->owner) flow->owner->schedule_flush();
