@@ -22,10 +22,10 @@
 #include "http/responses.hpp"
 #include "http/tunnel.hpp"
 #include "limit/memory_store.hpp"
-#include "upstream/send_batch.hpp"
 #include "limit/redis_store.hpp"
 #include "obs/access_log.hpp"
 #include "upstream/pool.hpp"
+#include "upstream/send_batch.hpp"
 
 // The aliases (asio, beast, bhttp, tcp, error_code, clock) come from session_impl.hpp.
 namespace fg::http::detail {

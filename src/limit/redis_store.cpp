@@ -226,14 +226,7 @@ void redis_batcher::flush() {
     // The requests go on from the event loop, not from inside hiredis' callback, and
     // their upstream writes go out together (upstream/send_batch.hpp).
     boost::asio::post(ex, [b] {
-      auto& sends = upstream::send_batch::of_this_thread();
-      // Submitted at the end of this scope, even if a resumed request throws.
-      struct submit_at_end {
-        upstream::send_batch* batch;
-        ~submit_at_end() {
-          if (batch) batch->submit();
-        }
-      } at_end{b->waiters.size() > 1 && sends.open() ? &sends : nullptr};
+      upstream::send_batch::collect sends(b->waiters.size() > 1);
       for (auto& w : b->waiters) std::move(w.resume)(w.ec);
     });
     --flow->in_flight;

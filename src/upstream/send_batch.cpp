@@ -2,6 +2,7 @@
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/beast/core/buffers_suffix.hpp>
 #include <liburing.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
@@ -28,6 +29,14 @@ send_batch& send_batch::of_this_thread() {
 }
 
 send_batch* send_batch::current() { return collecting; }
+
+send_batch::collect::collect(bool wanted) {
+  if (wanted && of_this_thread().open()) batch_ = &of_this_thread();
+}
+
+send_batch::collect::~collect() {
+  if (batch_) batch_->submit();
+}
 
 send_batch::~send_batch() = default;
 
@@ -58,23 +67,12 @@ void send_batch::submit() {
     send(std::span(writes).subspan(at, std::min<std::size_t>(ring_entries, writes.size() - at)));
 }
 
-void send_batch::send(std::span<write> writes) {
+void send_batch::send_on_ring(std::span<write> writes, std::vector<int>& results) {
   const std::size_t n = writes.size();
-  if (!ring_) {
-    for (auto& w : writes) boost::asio::async_write(*w.socket, w.bufs, std::move(w.done));
-    return;
-  }
   std::vector<std::vector<iovec>> iovs(n);
   std::vector<msghdr> msgs(n);
-  std::vector<std::size_t> totals(n, 0);
-  // Not submitted: -EAGAIN (sent as before). Submitted and never answered: -EIO (it
-  // may have gone out; the request fails rather than risk sending it twice).
-  std::vector<int> results(n, -EAGAIN);
   for (std::size_t i = 0; i < n; ++i) {
-    for (const auto& b : writes[i].bufs) {
-      iovs[i].push_back({const_cast<void*>(b.data()), b.size()});
-      totals[i] += b.size();
-    }
+    for (const auto& b : writes[i].bufs) iovs[i].push_back({const_cast<void*>(b.data()), b.size()});
     msgs[i] = {};
     msgs[i].msg_iov = iovs[i].data();
     msgs[i].msg_iovlen = iovs[i].size();
@@ -92,6 +90,8 @@ void send_batch::send(std::span<write> writes) {
     if (r > 0) submitted += static_cast<unsigned>(r);
     else if (r != -EINTR && r != -EAGAIN && r != -EBUSY) break;
   }
+  // Submitted and never answered: -EIO (it may have gone out; the request fails rather
+  // than risk sending it twice). Not submitted: left -EAGAIN, sent as before.
   for (unsigned i = 0; i < submitted; ++i) results[i] = -EIO;
   for (unsigned seen = 0; seen < submitted;) {
     io_uring_cqe* cqe = nullptr;
@@ -108,12 +108,20 @@ void send_batch::send(std::span<write> writes) {
     spdlog::warn("io_uring submission failed: upstream writes go one system call each");
     ring_.reset();
   }
+}
+
+void send_batch::send(std::span<write> writes) {
+  const std::size_t n = writes.size();
+  // What each send returned; -EAGAIN where it did not go through the ring (sent as before).
+  std::vector<int> results(n, -EAGAIN);
+  if (ring_) send_on_ring(writes, results);
   for (std::size_t i = 0; i < n; ++i) {
     auto& w = writes[i];
     const int res = results[i];
-    if (res >= 0 && static_cast<std::size_t>(res) == totals[i]) {
+    const std::size_t total = boost::asio::buffer_size(w.bufs);
+    if (res >= 0 && static_cast<std::size_t>(res) == total) {
       boost::asio::post(w.socket->get_executor(),
-                        [h = std::move(w.done), t = totals[i]]() mutable { std::move(h)(boost::system::error_code{}, t); });
+                        [h = std::move(w.done), total]() mutable { std::move(h)(boost::system::error_code{}, total); });
       continue;
     }
     if (res < 0 && res != -EAGAIN) {
@@ -122,22 +130,15 @@ void send_batch::send(std::span<write> writes) {
       });
       continue;
     }
-    // The socket took part of it, or none yet: the rest as an ordinary write.
+    // The socket took part of it, or none yet (or the ring failed before it): the rest
+    // as an ordinary write.
     const std::size_t sent = res > 0 ? static_cast<std::size_t>(res) : 0;
-    auto rest = std::make_shared<std::vector<boost::asio::const_buffer>>();
-    std::size_t skip = sent;
-    for (const auto& b : w.bufs) {
-      if (skip >= b.size()) {
-        skip -= b.size();
-        continue;
-      }
-      rest->push_back(boost::asio::buffer(static_cast<const char*>(b.data()) + skip, b.size() - skip));
-      skip = 0;
-    }
-    boost::asio::async_write(*w.socket, *rest,
-                             [rest, sent, h = std::move(w.done)](boost::system::error_code ec, std::size_t m) mutable {
-                               std::move(h)(ec, sent + m);
-                             });
+    boost::beast::buffers_suffix<std::span<const boost::asio::const_buffer>> rest(w.bufs);
+    rest.consume(sent);
+    boost::asio::async_write(*w.socket, rest, [sent, h = std::move(w.done)](boost::system::error_code ec,
+                                                                           std::size_t m) mutable {
+      std::move(h)(ec, sent + m);
+    });
   }
 }
 

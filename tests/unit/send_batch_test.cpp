@@ -63,12 +63,6 @@ std::string read_exactly(tcp::socket& s, std::size_t n) {
 TEST_CASE("send_batch: queued writes on several connections arrive whole, in one submission", "[upstream]") {
   asio::io_context io;
   auto pairs = connect_pairs(io, 5);
-  auto& batch = send_batch::of_this_thread();
-  if (!batch.open()) {
-    WARN("io_uring is not available here: writes go one by one (not tested)");
-    return;
-  }
-  REQUIRE(send_batch::current() == &batch);
   std::vector<std::string> heads, bodies;
   std::vector<std::array<asio::const_buffer, 2>> bufs(pairs.size());
   std::vector<result> results(pairs.size());
@@ -76,13 +70,20 @@ TEST_CASE("send_batch: queued writes on several connections arrive whole, in one
     heads.push_back("GET /" + std::to_string(i) + " HTTP/1.1\r\nHost: x\r\n\r\n");
     bodies.push_back(std::string(i * 1000, static_cast<char>('a' + i)));
   }
-  for (std::size_t i = 0; i < pairs.size(); ++i) {
-    bufs[i] = {asio::buffer(heads[i]), asio::buffer(bodies[i])};
-    batch.add(pairs[i].client, bufs[i], record(results[i]));
+  {
+    send_batch::collect sends;
+    if (!sends.active()) {
+      WARN("io_uring is not available here: writes go one by one (not tested)");
+      return;
+    }
+    REQUIRE(send_batch::current() != nullptr);
+    for (std::size_t i = 0; i < pairs.size(); ++i) {
+      bufs[i] = {asio::buffer(heads[i]), asio::buffer(bodies[i])};
+      send_batch::current()->add(pairs[i].client, bufs[i], record(results[i]));
+    }
+    // Nothing is sent while the batch collects.
+    for (auto& p : pairs) CHECK(p.server.available() == 0);
   }
-  // Nothing is sent before submit().
-  for (auto& p : pairs) CHECK(p.server.available() == 0);
-  batch.submit();
   CHECK(send_batch::current() == nullptr);
   io.run();
   for (std::size_t i = 0; i < pairs.size(); ++i) {
@@ -109,17 +110,18 @@ TEST_CASE("send_batch: a socket that cannot take the write now gets the rest lat
     filled += n;
   }
   REQUIRE(filled > 0);
-  auto& batch = send_batch::of_this_thread();
-  if (!batch.open()) {
-    WARN("io_uring is not available here: writes go one by one (not tested)");
-    return;
-  }
   std::string payload(300'000, 'p');
   for (std::size_t i = 0; i < payload.size(); i += 997) payload[i] = static_cast<char>('A' + i % 26);
   std::array<asio::const_buffer, 1> bufs{asio::buffer(payload)};
   result r;
-  batch.add(p.client, bufs, record(r));
-  batch.submit();
+  {
+    send_batch::collect sends;
+    if (!sends.active()) {
+      WARN("io_uring is not available here: writes go one by one (not tested)");
+      return;
+    }
+    send_batch::current()->add(p.client, bufs, record(r));
+  }
   // The reader drains everything while the write completes in the background.
   std::string got;
   std::thread reader([&] { got = read_exactly(p.server, filled + payload.size()); });
@@ -138,20 +140,20 @@ TEST_CASE("send_batch: a write to a closed connection completes with an error", 
   auto& p = pairs.front();
   p.server.set_option(asio::socket_base::linger(true, 0));
   p.server.close();  // reset
-  auto& batch = send_batch::of_this_thread();
-  if (!batch.open()) {
-    WARN("io_uring is not available here: writes go one by one (not tested)");
-    return;
-  }
   // The first send after the reset may still be taken; keep sending until one fails.
   std::string data(1000, 'x');
   std::array<asio::const_buffer, 1> bufs{asio::buffer(data)};
   result r;
   for (int attempt = 0; attempt < 20 && !r.ec; ++attempt) {
     r = {};
-    if (attempt > 0) REQUIRE(batch.open());
-    batch.add(p.client, bufs, record(r));
-    batch.submit();
+    {
+      send_batch::collect sends;
+      if (!sends.active()) {
+        WARN("io_uring is not available here: writes go one by one (not tested)");
+        return;
+      }
+      send_batch::current()->add(p.client, bufs, record(r));
+    }
     io.restart();
     io.run();
     REQUIRE(r.called);
