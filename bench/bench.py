@@ -43,16 +43,17 @@ def wait_port(port, timeout=10):
     raise RuntimeError(f"port {port} never opened")
 
 
-def nginx(work, name, server_block, upstream_block=""):
+def nginx(work, name, server_block, upstream_block="", connections=8192):
     d = work / name
     d.mkdir()
     conf = d / "nginx.conf"
     conf.write_text(f"""
 worker_processes 1;
+worker_rlimit_nofile {2 * connections + 100};
 daemon off;
 pid {d}/nginx.pid;
 error_log {d}/error.log warn;
-events {{ worker_connections 8192; }}
+events {{ worker_connections {connections}; }}
 http {{
   access_log off;
   client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;

@@ -1,11 +1,14 @@
 #pragma once
 #include <boost/asio/ip/tcp.hpp>
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <list>
 #include <memory>
 
 #include "app/runtime.hpp"
+#include "util/block_pool.hpp"
 
 namespace fg::upstream { class pool; }
 namespace fg::limit { class memory_store; class deny_cache; class redis_batcher; }
@@ -20,6 +23,8 @@ namespace fg::app {
 // never fires early (it fires up to two intervals late).
 inline constexpr std::chrono::milliseconds sweep_interval{50};
 inline thread_local std::chrono::steady_clock::time_point coarse_now = std::chrono::steady_clock::now();
+// A keep-alive connection idle this long gives its buffers back (see session).
+inline constexpr std::chrono::milliseconds lean_after{100};
 inline std::chrono::steady_clock::time_point deadline_after(std::chrono::steady_clock::duration d) {
   return coarse_now + sweep_interval + d;
 }
@@ -34,6 +39,10 @@ struct session_entry {
   clock::time_point deadline = clock::time_point::max();
   bool expired = false;  // the sweeper cancelled the current wait
   bool idle = true;      // waiting for a request with nothing buffered: safe to close on drain
+  // While idle, at lean_at the sweeper cancels the read (setting `lean`), and the
+  // session waits on without buffers.
+  bool lean = false;
+  clock::time_point lean_at = clock::time_point::max();
 
   void arm(std::chrono::milliseconds timeout) {
     expired = false;
@@ -43,6 +52,14 @@ struct session_entry {
     expired = false;
     deadline = when;
   }
+};
+
+// Open downstream connections of the whole process, held against http.max_connections.
+struct connection_limit {
+  std::size_t max = 0;
+  std::atomic<std::size_t> open{0};
+  std::atomic<std::uint64_t> refused{0};          // since the last log line
+  std::atomic<std::int64_t> last_log_ms{-100000};  // steady clock
 };
 
 // What a session needs from the worker that owns it. Lives on the worker's thread.
@@ -57,6 +74,9 @@ struct worker_context {
   std::uint64_t next_lease = 0;
   std::shared_ptr<obs::access_log> access;
   std::list<session_entry> sessions;
+  connection_limit* connections = nullptr;  // shared by all workers
+  // Body buffers, lent to a session while it relays a body (see http::detail::body_chunk).
+  util::block_pool bodies{32 * 1024, 64};
   bool draining = false;
   unsigned id = 0;
 };

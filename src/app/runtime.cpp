@@ -1,5 +1,9 @@
 #include "app/runtime.hpp"
 
+#include <algorithm>
+
+#include "util/text.hpp"
+
 namespace fg::app {
 
 std::shared_ptr<const runtime> runtime::build(config::snapshot cfg) {
@@ -10,6 +14,21 @@ std::shared_ptr<const runtime> runtime::build(config::snapshot cfg) {
     if (auto parsed = net::parse_cidr(c)) trusted.add(*parsed);
   rt->client_ip = net::client_ip_resolver(std::move(trusted), cfg->client_ip.headers,
                                           static_cast<unsigned>(cfg->client_ip.ipv6_prefix));
+  const auto& ci = cfg->client_ip;
+  rt->identity_fields = ci.headers;
+  for (std::string_view extra : {"X-Forwarded-For", "Forwarded"})
+    if (std::none_of(ci.headers.begin(), ci.headers.end(), [&](const auto& h) { return util::iequals(h, extra); }))
+      rt->identity_fields.emplace_back(extra);
+  rt->interpreted = {"Host", "Content-Length", "Transfer-Encoding", "Connection", "Upgrade", "TE", "Trailer",
+                     "Keep-Alive", "Proxy-Connection", "Expect", "X-Forwarded-Proto", "X-Forwarded-Host",
+                     "X-Forwarded-Port", "X-Forwarded-Prefix", "X-Request-Id", "Cookie", "HTTP2-Settings"};
+  for (const auto& h : rt->identity_fields) rt->interpreted.push_back(h);
+  if (!ci.forward.empty()) rt->interpreted.push_back(ci.forward);
+  for (const auto& r : cfg->routes)
+    for (const auto& l : r.limits)
+      for (const auto& k : l.key)
+        if (k.type == config::key_source::kind::header) rt->interpreted.push_back(k.name);
+  for (const auto& u : cfg->upstreams) rt->upstream_hosts.push_back(u.address.str());
   rt->cfg = std::move(cfg);
   return rt;
 }

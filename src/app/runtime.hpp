@@ -1,5 +1,7 @@
 #pragma once
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "config/config.hpp"
 #include "net/client_ip.hpp"
@@ -13,6 +15,15 @@ struct runtime {
   config::snapshot cfg;
   routing::route_table routes;
   net::client_ip_resolver client_ip;
+  // Header fields read for the client's identity from a trusted proxy: the configured
+  // ones, and X-Forwarded-For and Forwarded (whose chains are rebuilt for the upstream).
+  std::vector<std::string> identity_fields;
+  // Names the gateway reads or sets: a request field that names one of them with '_'
+  // for '-' ("Content_Length", "X_Forwarded_For") is refused, since backends that fold
+  // '_' into '-' would read it as that header (nginx's underscores_in_headers off).
+  std::vector<std::string> interpreted;
+  // Per upstream (by index): the Host given to a request that has none.
+  std::vector<std::string> upstream_hosts;
 
   static std::shared_ptr<const runtime> build(config::snapshot cfg);
 };

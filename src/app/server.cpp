@@ -6,6 +6,9 @@
 #include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
@@ -18,6 +21,24 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 
 server::server(std::shared_ptr<const runtime> rt) : rt_(std::move(rt)) {}
+
+std::size_t max_connections(const config::config& cfg, unsigned workers) {
+  // The soft descriptor limit is raised to the hard one (as nginx's worker_rlimit_nofile).
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rlimit want = rl;
+    want.rlim_cur = std::min<rlim_t>(rl.rlim_max, 1 << 20);
+    if (::setrlimit(RLIMIT_NOFILE, &want) == 0) rl = want;
+  }
+  if (cfg.http.max_connections) return cfg.http.max_connections;
+  // Each connection may hold an upstream one too; the rest is for pooled upstream and
+  // Redis connections, the listener, logs and headroom.
+  std::size_t idle = 0;
+  for (const auto& u : cfg.upstreams) idle += u.max_idle;
+  const std::size_t reserve = 64 + workers * (idle + 4);
+  const auto fds = static_cast<std::size_t>(rl.rlim_cur == RLIM_INFINITY ? 1 << 20 : rl.rlim_cur);
+  return fds > reserve + 2 ? (fds - reserve) / 2 : 1;
+}
 
 int server::run() {
   const auto& cfg = *rt_->cfg;
@@ -40,10 +61,13 @@ int server::run() {
   unsigned n = cfg.workers ? cfg.workers : std::max(1u, std::thread::hardware_concurrency());
   auto access = obs::access_log::open(cfg.log);
   limit::memory_store memory;
+  connection_limit connections;
+  connections.max = max_connections(cfg, n);
   std::vector<std::unique_ptr<worker>> workers;
-  for (unsigned i = 0; i < n; ++i) workers.push_back(std::make_unique<worker>(i, rt_, access, &memory));
+  for (unsigned i = 0; i < n; ++i) workers.push_back(std::make_unique<worker>(i, rt_, access, &memory, &connections));
   for (auto& w : workers) w->start(listener.native_handle());
-  spdlog::info("floodgate listening on {} with {} worker(s), {} route(s)", cfg.listen.str(), n, cfg.routes.size());
+  spdlog::info("floodgate listening on {} with {} worker(s), {} route(s), at most {} connections", cfg.listen.str(), n,
+               cfg.routes.size(), connections.max);
   if (cfg.store == config::store_kind::redis && cfg.redis.mode != config::redis_mode::standalone)
     spdlog::warn("redis.mode cluster/sentinel is not implemented yet: using the first address as a standalone server");
 

@@ -7,6 +7,10 @@
 
 namespace fg::app {
 
+// http.max_connections, or (0) what the descriptor limit allows, after raising the soft
+// limit to the hard one.
+std::size_t max_connections(const config::config& cfg, unsigned workers);
+
 // The listening socket and N workers; runs until SIGTERM/SIGINT, then drains.
 class server {
  public:

@@ -8,6 +8,7 @@
 #include <boost/beast/core/tcp_stream.hpp>
 #include <spdlog/spdlog.h>
 
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <random>
@@ -23,7 +24,7 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 
 worker::worker(unsigned id, std::shared_ptr<const runtime> rt, std::shared_ptr<obs::access_log> access,
-               limit::memory_store* memory)
+               limit::memory_store* memory, connection_limit* connections)
     // One thread per io_context: socket I/O needs no locking (posts from other threads still do).
     : ioc_(std::make_unique<asio::io_context>(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO)), pool_(std::make_unique<upstream::pool>(ioc_->get_executor())) {
   ctx_.id = id;
@@ -31,6 +32,7 @@ worker::worker(unsigned id, std::shared_ptr<const runtime> rt, std::shared_ptr<o
   ctx_.pool = pool_.get();
   ctx_.access = std::move(access);
   ctx_.memory = memory;
+  ctx_.connections = connections;
   // Lease ids unique across workers: the worker id in the top bits.
   ctx_.next_lease = static_cast<std::uint64_t>(id) << 48;
   denies_ = std::make_unique<limit::deny_cache>();
@@ -107,15 +109,31 @@ asio::awaitable<void> worker::accept_loop() {
       continue;
     }
     if (ctx_.draining) continue;
-    asio::co_spawn(*ioc_, http::run_session(ctx_, std::move(socket)), [](std::exception_ptr e) {
-      if (!e) return;
-      try {
-        std::rethrow_exception(e);
-      } catch (const std::exception& ex) {
-        spdlog::error("session ended by exception: {}", ex.what());
-      }
-    });
+    if (!admit(socket)) continue;
+    http::start_session(ctx_, std::move(socket));
   }
+}
+
+bool worker::admit(tcp::socket& socket) {
+  auto* limit = ctx_.connections;
+  if (!limit || limit->open.fetch_add(1, std::memory_order_relaxed) < limit->max) return true;
+  limit->open.fetch_sub(1, std::memory_order_relaxed);
+  // Past the cap: a short 503 if the socket takes it at once, then close.
+  static constexpr std::string_view busy =
+      "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\nRetry-After: 1\r\n\r\n";
+  (void)::send(socket.native_handle(), busy.data(), busy.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  boost::system::error_code ignored;
+  socket.close(ignored);
+  auto refused = limit->refused.fetch_add(1, std::memory_order_relaxed) + 1;
+  auto now = std::chrono::duration_cast<std::chrono::milliseconds>(coarse_now.time_since_epoch()).count();
+  auto last = limit->last_log_ms.load(std::memory_order_relaxed);
+  if (now - last >= 5000 && limit->last_log_ms.compare_exchange_strong(last, now)) {
+    limit->refused.fetch_sub(refused, std::memory_order_relaxed);
+    spdlog::warn("connection limit reached ({} open, http.max_connections {}): refused {} connection(s) since the "
+                 "last report",
+                 limit->open.load(std::memory_order_relaxed), limit->max, refused);
+  }
+  return false;
 }
 
 asio::awaitable<void> worker::sweep_deadlines() {
@@ -129,6 +147,12 @@ asio::awaitable<void> worker::sweep_deadlines() {
     auto now = session_entry::clock::now();
     coarse_now = now;
     for (auto& s : ctx_.sessions) {
+      if (s.idle && !s.lean && s.lean_at <= now && s.socket) {
+        s.lean = true;
+        s.lean_at = session_entry::clock::time_point::max();
+        boost::system::error_code ignored;
+        s.socket->cancel(ignored);
+      }
       if (s.deadline > now) continue;
       s.deadline = session_entry::clock::time_point::max();
       s.expired = true;

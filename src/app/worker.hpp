@@ -17,7 +17,7 @@ namespace fg::app {
 class worker {
  public:
   worker(unsigned id, std::shared_ptr<const runtime> rt, std::shared_ptr<obs::access_log> access,
-         limit::memory_store* memory);
+         limit::memory_store* memory, connection_limit* connections);
   ~worker();
 
   // `listen_fd` is duplicated; the worker's thread starts.
@@ -33,6 +33,8 @@ class worker {
  private:
   boost::asio::awaitable<void> accept_loop();
   boost::asio::awaitable<void> sweep_deadlines();
+  // Counts a new connection against http.max_connections; past it, answers 503 and closes.
+  bool admit(boost::asio::ip::tcp::socket& socket);
 
   // Sessions unregister from ctx_ when the io_context destroys their frames, so ctx_
   // is declared first and the io_context is torn down explicitly in the destructor.

@@ -48,6 +48,11 @@ struct client_ip_config {
   std::vector<std::string> headers{"X-Forwarded-For", "Forwarded", "X-Real-IP",
                                    "Proxy-Client-IP", "WL-Proxy-Client-IP", "HTTP_CLIENT_IP"};
   int ipv6_prefix = 128;
+  // The header that tells the upstream the resolved client ("" = none).
+  std::string forward = "X-Real-IP";
+  // X-Forwarded-For / Forwarded sent upstream: starting at the resolved client
+  // (from_client), or the whole chain the trusted proxy sent (full).
+  enum class chain { from_client, full } forward_chain = chain::from_client;
 };
 
 struct http_config {
@@ -56,6 +61,8 @@ struct http_config {
   duration header_timeout{10'000};
   duration idle_timeout{60'000};
   duration drain_timeout{30'000};
+  // Open downstream connections per process; 0 = sized from the descriptor limit.
+  std::size_t max_connections = 0;
 };
 
 struct upstream_config {

@@ -128,6 +128,17 @@ class loader {
       }
     }
     if (auto n = o.get("ipv6_prefix"); present(n)) set(ci.ipv6_prefix, r_.unsigned_int(n, 1, 128));
+    if (auto n = o.get("forward"); present(n)) {
+      auto s = r_.string(n);
+      if (s && !s->empty() && !is_token(*s)) r_.error(n, "invalid header name '" + *s + "'");
+      else if (s) ci.forward = *s;
+    }
+    if (auto n = o.get("forward_chain"); present(n)) {
+      auto s = r_.string(n);
+      if (s && *s == "from_client") ci.forward_chain = client_ip_config::chain::from_client;
+      else if (s && *s == "full") ci.forward_chain = client_ip_config::chain::full;
+      else if (s) r_.error(n, "forward_chain must be from_client or full");
+    }
   }
 
   void http(const YAML::Node& node, http_config& h) {
@@ -142,6 +153,7 @@ class loader {
     if (auto n = o.get("header_timeout"); present(n)) set(h.header_timeout, positive_duration(n));
     if (auto n = o.get("idle_timeout"); present(n)) set(h.idle_timeout, positive_duration(n));
     if (auto n = o.get("drain_timeout"); present(n)) set(h.drain_timeout, positive_duration(n));
+    if (auto n = o.get("max_connections"); present(n)) set(h.max_connections, r_.unsigned_int(n, 0, 10'000'000));
   }
 
   void upstreams(const YAML::Node& node, config& c) {

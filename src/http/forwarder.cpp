@@ -3,6 +3,7 @@
 #include "util/text.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <array>
 #include <charconv>
 #include <random>
@@ -110,8 +111,48 @@ std::string_view incoming_request_id(const bhttp::request_header<>& h) {
 }
 
 bool is_upgrade_request(const bhttp::request_header<>& h) {
-  if (h.find(bhttp::field::upgrade) == h.end()) return false;
-  return named_in_connection(h, "upgrade");
+  if (h.method() != bhttp::verb::get || h.version() < 11) return false;
+  bool websocket = false;
+  for (auto it = h.find(bhttp::field::upgrade); it != h.end() && it->name() == bhttp::field::upgrade; ++it)
+    for_each_token(it->value(), [&](std::string_view t) { websocket = websocket || iequals(t, "websocket"); });
+  return websocket && named_in_connection(h, "upgrade");
+}
+
+bool is_websocket_response(const bhttp::response_header<>& h) {
+  auto it = h.find(bhttp::field::upgrade);
+  return it != h.end() && iequals(trim(it->value()), "websocket");
+}
+
+bool valid_host(std::string_view h) {
+  if (h.empty()) return false;
+  std::string_view port;
+  if (h.front() == '[') {
+    auto close = h.find(']');
+    if (close == std::string_view::npos || close < 3) return false;
+    for (char c : h.substr(1, close - 1))
+      if (!std::isxdigit(static_cast<unsigned char>(c)) && c != ':' && c != '.') return false;
+    auto rest = h.substr(close + 1);
+    if (!rest.empty() && rest.front() != ':') return false;
+    if (!rest.empty()) port = rest.substr(1), h = {};
+    else h = {};
+    if (rest.size() == 1) return false;
+  } else {
+    auto colon = h.find(':');
+    if (colon != std::string_view::npos) {
+      port = h.substr(colon + 1);
+      h = h.substr(0, colon);
+      if (port.empty() || h.empty()) return false;
+    }
+    for (char c : h)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.' && c != '_' && c != '~') return false;
+  }
+  if (port.size() > 5) return false;
+  unsigned value = 0;
+  for (char c : port) {
+    if (c < '0' || c > '9') return false;
+    value = value * 10 + static_cast<unsigned>(c - '0');
+  }
+  return value <= 65535;
 }
 
 void build_upstream_request(const bhttp::request_header<>& h, const forward_context& ctx, std::string& out) {
@@ -119,8 +160,12 @@ void build_upstream_request(const bhttp::request_header<>& h, const forward_cont
   connection_tokens conn(h);
   bool have_proto = false, have_fwd_host = false;
   std::string_view incoming_id;
-  std::string xff;
   std::string_view host;
+  auto dropped = [&](std::string_view name) {
+    if (iequals(name, "x-forwarded-for") || iequals(name, "forwarded") || iequals(name, "http2-settings")) return true;
+    if (!ctx.client_header.empty() && util::iequals_folded(name, ctx.client_header)) return true;
+    return std::any_of(ctx.drop.begin(), ctx.drop.end(), [&](const std::string& d) { return util::iequals_folded(name, d); });
+  };
   for (const auto& f : h) {
     auto id = f.name();
     auto name = f.name_string();
@@ -131,11 +176,7 @@ void build_upstream_request(const bhttp::request_header<>& h, const forward_cont
       continue;
     }
     if (!conn.empty() && conn.contains(name)) continue;
-    if (iequals(name, "x-forwarded-for")) {
-      auto v = trim(f.value());
-      if (!v.empty()) xff.append(xff.empty() ? "" : ", ").append(v);
-      continue;
-    }
+    if (dropped(name)) continue;
     if (iequals(name, "x-forwarded-proto")) {
       if (!ctx.peer_trusted || have_proto) continue;
       have_proto = true;
@@ -149,19 +190,24 @@ void build_upstream_request(const bhttp::request_header<>& h, const forward_cont
     }
     append_field(out, name, f.value());
   }
-  if (host.empty() && !ctx.host.empty()) {
-    host = ctx.host;
-    append_field(out, "Host", host);
+  bool own_host = false;
+  if (host.empty()) {  // the request has no Host field
+    if (!ctx.host.empty()) host = ctx.host;
+    else if (!ctx.default_host.empty()) host = ctx.default_host, own_host = true;
+    if (!host.empty()) append_field(out, "Host", host);
   }
-  xff.append(xff.empty() ? "" : ", ").append(ctx.peer_ip);
-  append_field(out, "X-Forwarded-For", xff);
+  append_field(out, "X-Forwarded-For", ctx.xff.empty() ? ctx.peer_ip : ctx.xff);
+  if (!ctx.forwarded.empty()) append_field(out, "Forwarded", ctx.forwarded);
+  if (!ctx.client_header.empty() && !ctx.client_ip.empty() && !iequals(ctx.client_header, "x-forwarded-for"))
+    append_field(out, ctx.client_header, ctx.client_ip);
   if (!have_proto) append_field(out, "X-Forwarded-Proto", "http");
-  if (!have_fwd_host && !host.empty()) append_field(out, "X-Forwarded-Host", host);
+  // The upstream's own name, given for want of the client's, is not the client's host.
+  if (!have_fwd_host && !host.empty() && !own_host) append_field(out, "X-Forwarded-Host", host);
   if (!incoming_id.empty()) append_field(out, "X-Request-Id", incoming_id);
   else if (!ctx.request_id.empty()) append_field(out, "X-Request-Id", ctx.request_id);
   if (ctx.upgrade) {
     append_field(out, "Connection", "Upgrade");
-    append_field(out, "Upgrade", h[bhttp::field::upgrade]);
+    append_field(out, "Upgrade", "websocket");
   }
   switch (ctx.framing.type) {
     case body_framing::kind::chunked:

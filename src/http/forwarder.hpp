@@ -1,4 +1,5 @@
 #pragma once
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -9,13 +10,22 @@
 namespace fg::http {
 
 struct forward_context {
-  std::string_view peer_ip;     // socket peer, appended to X-Forwarded-For
+  std::string_view peer_ip;     // socket peer, the X-Forwarded-For when `xff` is empty
   bool peer_trusted = false;    // its X-Forwarded-Proto/-Host are kept
   std::string_view request_id;  // set when the request carries none
-  bool upgrade = false;         // forward Upgrade/Connection: upgrade (WebSocket)
+  bool upgrade = false;         // forward Upgrade: websocket / Connection: upgrade
   body_framing framing;
   std::string_view target;      // replaces the request target when set (absolute-form rewritten)
   std::string_view host;        // replaces the Host value when set
+  std::string_view default_host;  // the Host of a request that has none (HTTP/1.0): the upstream's
+  // What the upstream is told about the client. The request's own X-Forwarded-For,
+  // Forwarded and `client_header` are never copied: these values replace them.
+  std::string_view xff;            // X-Forwarded-For; empty: the peer alone
+  std::string_view forwarded;      // Forwarded; empty: none
+  std::string_view client_header;  // e.g. X-Real-IP, set to `client_ip`; empty: none
+  std::string_view client_ip;
+  // Identity headers not forwarded (names compared with '_' read as '-').
+  std::span<const std::string> drop;
 };
 
 // The request head sent upstream: HTTP/1.1, hop-by-hop fields (and those named in
@@ -43,8 +53,18 @@ struct response_context {
 void build_downstream_response(const boost::beast::http::response_header<>& h, const response_context& ctx,
                                std::string& out);
 
-// Does the request ask for a protocol upgrade we tunnel (Connection: upgrade + Upgrade)?
+// Does the request ask for the one protocol upgrade we tunnel, WebSocket (a GET with
+// Connection: upgrade and Upgrade: websocket)? Any other Upgrade (h2c, ...) is not
+// forwarded: a tunnel to it would carry later requests past routing and limits.
 bool is_upgrade_request(const boost::beast::http::request_header<>& h);
+// Does a 101 response switch to WebSocket?
+bool is_websocket_response(const boost::beast::http::response_header<>& h);
+
+// A valid Host / authority (RFC 9110 §7.2): a name of letters, digits and "-._~", an
+// IPv4 address, or an [IPv6] literal, then an optional port of 1-5 digits up to 65535.
+// No spaces, '/', '@', userinfo or percent-escapes: what an upstream or a log could
+// read as another host.
+bool valid_host(std::string_view host);
 
 // A random request id: 32 lowercase hex digits.
 std::string make_request_id();

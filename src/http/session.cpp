@@ -2,6 +2,7 @@
 #include "http/session_impl.hpp"
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -14,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include <array>
+#include <algorithm>
 #include <charconv>
 #include <optional>
 
@@ -26,6 +28,7 @@
 #include "obs/access_log.hpp"
 #include "upstream/pool.hpp"
 #include "upstream/send_batch.hpp"
+#include "util/text.hpp"
 
 // The aliases (asio, beast, bhttp, tcp, error_code, clock) come from session_impl.hpp.
 namespace fg::http::detail {
@@ -88,9 +91,12 @@ std::optional<error_code> feed(beast::flat_buffer& b, Parser& p, std::size_t sta
   return std::nullopt;
 }
 
+// With `vet`, each byte read is also followed through a chunked body's framing as it
+// arrives, so a malformed one fails at once instead of when the parser gives up.
 template <class Parser>
 asio::awaitable<error_code> read_into(app::session_entry& e, tcp::socket& s, beast::flat_buffer& b, Parser& p,
-                                      std::chrono::milliseconds timeout, std::size_t& produced, bool want_head) {
+                                      std::chrono::milliseconds timeout, std::size_t& produced, bool want_head,
+                                      chunk_vetter* vet = nullptr) {
   std::size_t start = want_head ? 0 : p.get().body().size;
   produced = 0;
   for (;;) {
@@ -107,6 +113,8 @@ asio::awaitable<error_code> read_into(app::session_entry& e, tcp::socket& s, bea
     }
     if (ec) co_return timed(e, ec);
     b.commit(n);
+    if (vet && vet->feed({static_cast<const char*>(b.data().data()) + b.size() - n, n}) == chunk_vetter::state::bad)
+      co_return error_code(bhttp::error::bad_chunk);
   }
 }
 
@@ -142,8 +150,28 @@ asio::awaitable<session::outcome> session::read_head(bool first) {
       if (ctx_.draining) co_return outcome::close;
     }
     entry_->arm_at(deadline == clock::time_point::max() ? app::deadline_after(http.idle_timeout) : deadline);
-    auto space = std::min<std::size_t>(buffer_.max_size() - buffer_.size(), 16384);
+    if (entry_->lean) {
+      // Idle for a while: wait for bytes with no buffer at all.
+      release_idle_memory();
+      auto [wec] = co_await socket_.async_wait(tcp::socket::wait_read, use_tuple);
+      entry_->lean = false;
+      if (wec && entry_->expired) {
+        if (!first) co_return outcome::close;
+        co_return co_await send_local(408, false);
+      }
+      if (wec) co_return outcome::closed;
+    }
+    if (buffer_.size() == 0) entry_->lean_at = app::deadline_after(app::lean_after);
+    // A head usually fits in 4 KiB: reads grow past that only for larger ones.
+    auto space = std::min<std::size_t>(buffer_.max_size() - buffer_.size(), buffer_.size() ? 16384 : 4096);
     auto [ec, n] = co_await socket_.async_read_some(buffer_.prepare(space), use_tuple);
+    // The sweeper took back an idle read to wait without its buffer: between requests the
+    // connection is parked (no session at all), a new one waits here with nothing held.
+    if (ec == asio::error::operation_aborted && entry_->lean && !entry_->expired && !ctx_.draining) {
+      if (!first && buffer_.size() == 0) co_return outcome::park;
+      continue;
+    }
+    entry_->lean = false;
     if (ec && entry_->expired) {
       // An idle keep-alive connection just closes; a slow or silent request head gets 408.
       if (buffer_.size() == 0 && !first) co_return outcome::close;
@@ -169,11 +197,12 @@ asio::awaitable<session::outcome> session::read_head(bool first) {
   co_return outcome::keep_going;
 }
 
-asio::awaitable<void> session::run() {
+asio::awaitable<bool> session::run() {
   for (;;) {
     rt_ = ctx_.rt;
     bool first = requests_ == 0;
     auto o = co_await read_head(first);
+    if (o == outcome::park) co_return true;
     if (o != outcome::keep_going) {
       if (o == outcome::close) co_await lingering_close();
       break;
@@ -184,6 +213,7 @@ asio::awaitable<void> session::run() {
     upstream_ms_ = -1;
     route_ = -1;
     o = co_await handle();
+    give_back_body_buf();
     if (o == outcome::close) {
       co_await lingering_close();
       break;
@@ -192,6 +222,21 @@ asio::awaitable<void> session::run() {
   }
   error_code ec;
   socket_.close(ec);
+  co_return false;
+}
+
+void session::release_idle_memory() {
+  buffer_.shrink_to_fit();  // empty: gives the storage back
+  parser_.release();
+  rp_.release();
+  give_back_body_buf();
+  for (auto* s : {&head_out_, &request_id_, &path_, &client_key_, &xff_, &forwarded_, &client_ip_text_, &abs_host_,
+                  &abs_target_, &rate_headers_, &nonce_})
+    std::string().swap(*s);
+  who_ = {};
+  std::vector<net::header_field>().swap(ip_fields_);
+  std::vector<limit::check>().swap(checks_);
+  std::vector<limit::decision>().swap(decisions_);
 }
 
 asio::awaitable<void> session::lingering_close() {
@@ -273,6 +318,23 @@ void session::log_request(unsigned status) {
   log->write(r);
 }
 
+bool session::interpreted_underscore(const bhttp::request_header<>& req) const {
+  for (const auto& f : req) {
+    auto name = f.name_string();
+    if (f.name() != bhttp::field::unknown || name.find('_') == std::string_view::npos) continue;
+    // A configured identity header may itself be spelled with '_' (HTTP_CLIENT_IP).
+    if (std::any_of(rt_->identity_fields.begin(), rt_->identity_fields.end(),
+                    [&](const auto& h) { return beast::iequals(name, h); }))
+      continue;
+    for (const auto& h : rt_->interpreted)
+      if (util::iequals_folded(name, h)) {
+        spdlog::debug("{}: rejected request: header '{}' reads as {} with '_' for '-'", peer_str_, name, h);
+        return true;
+      }
+  }
+  return false;
+}
+
 session::verdict session::prepare(std::string_view& expect, bool& has_expect) {
   const auto& req = parser_->get();
   const auto& cfg = *rt_->cfg;
@@ -280,15 +342,17 @@ session::verdict session::prepare(std::string_view& expect, bool& has_expect) {
   client_key_.clear();
   // One pass over the fields for what this function needs (each find() is a tree walk).
   std::string_view host, incoming_id;
+  bool has_host = false, underscore = false;
   has_upgrade_ = false;
   for (const auto& f : req) {
     switch (f.name()) {
-      case bhttp::field::host: host = f.value(); break;
+      case bhttp::field::host: host = f.value(), has_host = true; break;
       case bhttp::field::expect: expect = f.value(), has_expect = true; break;
       case bhttp::field::upgrade: has_upgrade_ = true; break;
       case bhttp::field::unknown:
         if (incoming_id.empty() && beast::iequals(f.name_string(), "x-request-id"))
           incoming_id = usable_request_id(f.value());
+        underscore = underscore || f.name_string().find('_') != std::string_view::npos;
         break;
       default: break;
     }
@@ -303,6 +367,11 @@ session::verdict session::prepare(std::string_view& expect, bool& has_expect) {
     return {400, false, {}};
   }
   framing_ = *framing;
+  if (has_host && !valid_host(host)) {
+    spdlog::debug("{}: rejected request: invalid Host", peer_str_);
+    return {400, false, {}};
+  }
+  if (underscore && interpreted_underscore(req.base())) return {400, false, {}};
   bool has_body = framing_.type != body_framing::kind::none;
   if (!routing::normalize_target_path(req.target(), path_)) return {400, false, {}};
   if (cfg.http.max_body_bytes && framing_.type == body_framing::kind::length && framing_.length > cfg.http.max_body_bytes)
@@ -314,7 +383,8 @@ session::verdict session::prepare(std::string_view& expect, bool& has_expect) {
   abs_target_.clear();
   if (req.target().front() != '/') {
     auto u = boost::urls::parse_absolute_uri(req.target());
-    if (!u || u->encoded_host().empty()) return {400, false, {}};
+    if (!u || u->encoded_host().empty() || u->has_userinfo() || !valid_host(u->encoded_host_and_port()))
+      return {400, false, {}};
     abs_host_.assign(u->encoded_host_and_port().data(), u->encoded_host_and_port().size());
     abs_target_.assign(u->encoded_target().data(), u->encoded_target().size());
     if (abs_target_.empty() || abs_target_.front() != '/') abs_target_.insert(0, "/");
@@ -326,17 +396,19 @@ session::verdict session::prepare(std::string_view& expect, bool& has_expect) {
   // Identity: the peer unless it is a trusted proxy (then its forwarding headers).
   peer_trusted_ = rt_->client_ip.is_trusted(peer_);
   if (peer_trusted_) {
+    // At most 16 identity fields are read: more are no honest proxy's.
     auto& fields = ip_fields_;
-    std::size_t n = 0;
+    fields.clear();
     for (const auto& f : req) {
-      if (n == fields.size()) break;
-      for (const auto& name : rt_->client_ip.headers())
+      if (fields.size() == 16) break;
+      for (const auto& name : rt_->identity_fields)
         if (beast::iequals(f.name_string(), name)) {
-          fields[n++] = {f.name_string(), f.value()};
+          fields.push_back({f.name_string(), f.value()});
           break;
         }
     }
-    client_key_ = rt_->client_ip.resolve(peer_, std::span(fields.data(), n)).key;
+    who_ = rt_->client_ip.resolve(peer_, fields);
+    client_key_ = who_.key;
   } else {
     // The peer's key depends on the config (ipv6_prefix): cached per snapshot.
     if (peer_key_rt_ != rt_) peer_key_ = rt_->client_ip.key_of(peer_), peer_key_rt_ = rt_;
@@ -398,17 +470,39 @@ asio::awaitable<session::outcome> session::forward() {
   fc.framing = framing_;
   fc.target = abs_target_;
   fc.host = abs_host_;
+  fc.default_host = rt_->upstream_hosts[route.upstream_index];
+  const bool full_chain = cfg.client_ip.forward_chain == config::client_ip_config::chain::full;
+  if (peer_trusted_) {
+    rt_->client_ip.forwarding(peer_, peer_str_, ip_fields_, who_, full_chain, xff_,
+                              forwarded_);
+    fc.xff = xff_;
+    fc.forwarded = forwarded_;
+    if (who_.from_header) client_ip_text_ = who_.ip.to_string();
+  }
+  fc.client_header = cfg.client_ip.forward;
+  fc.client_ip = peer_trusted_ && who_.from_header ? std::string_view(client_ip_text_) : std::string_view(peer_str_);
+  if (!peer_trusted_ || !full_chain) fc.drop = rt_->identity_fields;
   build_upstream_request(req.base(), fc, head_out_);
 
   // The first piece of the body is read before upstream is contacted: a malformed
   // body is rejected with upstream having received nothing.
   std::size_t piece = 0;
   char* buf = nullptr;
+  chunk_vetter* vet = nullptr;
+  if (chunked) {
+    vetter_.reset();
+    vet = &vetter_;
+    std::string_view buffered(static_cast<const char*>(buffer_.data().data()), buffer_.size());
+    if (vetter_.feed(buffered) == chunk_vetter::state::bad) {
+      spdlog::debug("{}: rejected request: {}", peer_str_, vetter_.error());
+      co_return co_await send_local(400, false);
+    }
+  }
   if (has_body) {
     buf = body_buf();
     req.body().data = buf;
     req.body().size = body_chunk;
-    auto ec = co_await read_into(*entry_, socket_, buffer_, *parser_, cfg.http.idle_timeout, piece, false);
+    auto ec = co_await read_into(*entry_, socket_, buffer_, *parser_, cfg.http.idle_timeout, piece, false, vet);
     if (ec == beast::error::timeout) co_return co_await send_local(408, false);
     if (ec) co_return co_await send_local(400, false);
   }
@@ -455,7 +549,7 @@ asio::awaitable<session::outcome> session::forward() {
     if (body_too_large()) co_return co_await send_local(413, false);
     req.body().data = buf;
     req.body().size = body_chunk;
-    auto ec = co_await read_into(*entry_, socket_, buffer_, *parser_, cfg.http.idle_timeout, piece, false);
+    auto ec = co_await read_into(*entry_, socket_, buffer_, *parser_, cfg.http.idle_timeout, piece, false, vet);
     if (ec) {
       spdlog::debug("{}: request body aborted: {}", peer_str_, ec.message());
       // Upstream sees an incomplete message and a closed connection, never a second one.
@@ -544,8 +638,10 @@ asio::awaitable<session::outcome> session::forward() {
   if (rc.framing == response_framing::close_delimited) rc.keep_alive = false;
   const bool tunnel = status == 101 && upgrade;
   rc.upgrade = tunnel;
-  if (status == 101 && !upgrade) {
-    spdlog::warn("upstream {}: unexpected 101 to a request that did not ask to upgrade", up_cfg.name);
+  // Only a WebSocket upgrade we asked for becomes a tunnel: anything else would carry
+  // the connection's later requests past routing and limits.
+  if (status == 101 && (!upgrade || !is_websocket_response(res.base()))) {
+    spdlog::warn("upstream {}: unexpected 101 to a request that did not ask for a WebSocket upgrade", up_cfg.name);
     co_return co_await send_local(502, false);
   }
   if (tunnel) rc.keep_alive = false;
@@ -612,9 +708,79 @@ asio::awaitable<session::outcome> session::forward() {
 
 namespace fg::http {
 
-boost::asio::awaitable<void> run_session(app::worker_context& ctx, boost::asio::ip::tcp::socket socket) {
-  detail::session s(ctx, std::move(socket));
-  co_await s.run();
+namespace {
+
+using detail::tcp;
+using detail::error_code;
+
+// A keep-alive connection between requests, idle past app::lean_after: its socket, its
+// deadline entry, and one wait for readability; no session, frame or buffer. Readable,
+// it gets a new session; past idle_timeout or on drain it is closed.
+struct parked {
+  app::worker_context& ctx;
+  tcp::socket socket;
+  std::list<app::session_entry>::iterator entry;
+
+  parked(app::worker_context& c, tcp::socket s) : ctx(c), socket(std::move(s)) {
+    entry = ctx.sessions.insert(ctx.sessions.end(), app::session_entry{});
+    entry->socket = &socket;
+    entry->lean = true;  // already lean: the sweeper only watches its deadline
+  }
+  ~parked() {
+    ctx.sessions.erase(entry);
+    if (socket.is_open() && ctx.connections) ctx.connections->open.fetch_sub(1, std::memory_order_relaxed);
+  }
+};
+
+void spawn(app::worker_context& ctx, tcp::socket socket, bool resumed);
+
+void park(app::worker_context& ctx, tcp::socket socket, std::chrono::steady_clock::time_point deadline) {
+  auto p = std::make_unique<parked>(ctx, std::move(socket));
+  p->entry->arm_at(deadline);
+  auto& s = p->socket;
+  s.async_wait(tcp::socket::wait_read, [p = std::move(p)](error_code ec) mutable {
+    if (ec || p->entry->expired || p->ctx.draining) {
+      error_code ignored;
+      p->socket.close(ignored);
+      if (p->ctx.connections) p->ctx.connections->open.fetch_sub(1, std::memory_order_relaxed);
+      return;
+    }
+    auto& ctx = p->ctx;
+    auto socket = std::move(p->socket);
+    p.reset();
+    spawn(ctx, std::move(socket), true);
+  });
+}
+
+boost::asio::awaitable<void> serve(app::worker_context& ctx, tcp::socket socket, bool resumed) {
+  std::optional<tcp::socket> idle;
+  std::chrono::steady_clock::time_point deadline;
+  {
+    detail::session s(ctx, std::move(socket), resumed);
+    if (co_await s.run()) {
+      deadline = s.idle_deadline();
+      idle.emplace(s.release_socket());
+    }
+  }
+  if (idle) park(ctx, std::move(*idle), deadline);
+}
+
+void spawn(app::worker_context& ctx, tcp::socket socket, bool resumed) {
+  auto executor = socket.get_executor();
+  boost::asio::co_spawn(executor, serve(ctx, std::move(socket), resumed), [](std::exception_ptr e) {
+    if (!e) return;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      spdlog::error("session ended by exception: {}", ex.what());
+    }
+  });
+}
+
+}  // namespace
+
+void start_session(app::worker_context& ctx, boost::asio::ip::tcp::socket socket) {
+  spawn(ctx, std::move(socket), false);
 }
 
 }  // namespace fg::http

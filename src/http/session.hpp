@@ -1,5 +1,4 @@
 #pragma once
-#include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
 #include "app/context.hpp"
@@ -8,7 +7,9 @@ namespace fg::http {
 
 // Serves one downstream connection for its whole life on the worker that accepted it:
 // reads requests (pipelined ones in order), answers or forwards them upstream,
-// streams both bodies, and tunnels upgraded connections.
-boost::asio::awaitable<void> run_session(app::worker_context& ctx, boost::asio::ip::tcp::socket socket);
+// streams both bodies, and tunnels upgraded connections. Between requests, a
+// keep-alive connection idle for a while is parked: it then holds its socket and one
+// wait for readability, and gets a new session when its next request arrives.
+void start_session(app::worker_context& ctx, boost::asio::ip::tcp::socket socket);
 
 }  // namespace fg::http

@@ -33,11 +33,31 @@ using request_parser = bhttp::request_parser<bhttp::buffer_body>;
 using response_parser = bhttp::response_parser<bhttp::buffer_body>;
 // Body bytes move through one buffer of this size per session, in both directions.
 constexpr std::size_t body_chunk = 32 * 1024;
+static_assert(body_chunk == 32 * 1024, "app::worker_context::bodies lends blocks of this size");
+
+// An optional T kept on the heap, so that an idle connection can give its storage
+// back (release()) while a busy one reuses it request after request.
+template <class T>
+class lazy_optional {
+ public:
+  T& emplace() {
+    if (!box_) box_ = std::make_unique<std::optional<T>>();
+    return box_->emplace();
+  }
+  void release() { box_.reset(); }
+  explicit operator bool() const { return box_ && box_->has_value(); }
+  T* operator->() { return &**box_; }
+  const T* operator->() const { return &**box_; }
+  T& operator*() { return **box_; }
+
+ private:
+  std::unique_ptr<std::optional<T>> box_;
+};
 
 class session {
  public:
-  session(app::worker_context& ctx, tcp::socket socket)
-      : ctx_(ctx), socket_(std::move(socket)), buffer_(64 * 1024) {
+  session(app::worker_context& ctx, tcp::socket socket, bool resumed)
+      : ctx_(ctx), socket_(std::move(socket)), buffer_(64 * 1024), requests_(resumed ? 1 : 0) {
     error_code ec;
     auto ep = socket_.remote_endpoint(ec);
     if (!ec) peer_ = net::normalize(ep.address());
@@ -46,12 +66,23 @@ class session {
     entry_ = ctx_.sessions.insert(ctx_.sessions.end(), app::session_entry{});
     entry_->socket = &socket_;
   }
-  ~session() { ctx_.sessions.erase(entry_); }
+  ~session() {
+    give_back_body_buf();
+    ctx_.sessions.erase(entry_);
+    if (!parked_ && ctx_.connections) ctx_.connections->open.fetch_sub(1, std::memory_order_relaxed);
+  }
 
-  asio::awaitable<void> run();
+  // True when the connection is to be parked (idle between requests): then take its
+  // socket with release_socket() and its deadline with idle_deadline().
+  asio::awaitable<bool> run();
+  tcp::socket release_socket() {
+    parked_ = true;
+    return std::move(socket_);
+  }
+  clock::time_point idle_deadline() const { return entry_->deadline; }
 
  private:
-  enum class outcome { keep_going, close, closed };
+  enum class outcome { keep_going, close, closed, park };
 
   asio::awaitable<outcome> read_head(bool first);
   asio::awaitable<outcome> handle();
@@ -65,6 +96,8 @@ class session {
     std::string_view body;
   };
   verdict prepare(std::string_view& expect, bool& has_expect);
+  // A field whose name with '_' for '-' is one the gateway reads or sets.
+  bool interpreted_underscore(const bhttp::request_header<>& req) const;
   asio::awaitable<outcome> forward();
   // The route's limits, in plain functions around the one wait for Redis, so that a
   // limited request costs no coroutine frame of its own: begin_limits() builds the
@@ -83,15 +116,22 @@ class session {
   asio::awaitable<outcome> send_local(unsigned status, bool keep_alive, std::string_view body = {},
                                       std::string_view extra = {}, std::string_view content_type = {});
   asio::awaitable<void> lingering_close();
+  // An idle keep-alive connection holds no buffers: they go back to the allocator,
+  // and come again with the next request's bytes.
+  void release_idle_memory();
   // Arm the deadline and return the write, a deferred operation (no coroutine frame):
   // `co_await` it for (error_code, bytes) and pass the error through timed().
   // Defined in session.cpp, their only user.
   auto write_down(std::span<const asio::const_buffer> bufs);
   auto write_up(upstream::connection& up, std::span<const asio::const_buffer> bufs, std::chrono::milliseconds timeout);
   void log_request(unsigned status);
+  // Lent by the worker for one request's bodies (given back in run()).
   char* body_buf() {
-    if (!body_buf_) body_buf_ = std::make_unique<char[]>(body_chunk);
+    if (!body_buf_) body_buf_ = ctx_.bodies.take();
     return body_buf_.get();
+  }
+  void give_back_body_buf() {
+    if (body_buf_) ctx_.bodies.give(std::move(body_buf_));
   }
 
   app::worker_context& ctx_;
@@ -102,14 +142,17 @@ class session {
   std::list<app::session_entry>::iterator entry_;
   std::shared_ptr<const app::runtime> rt_;
   head_scanner scanner_;
-  std::optional<request_parser> parser_;
-  std::optional<response_parser> rp_;
-  std::array<net::header_field, 16> ip_fields_;
+  lazy_optional<request_parser> parser_;
+  lazy_optional<response_parser> rp_;
+  std::vector<net::header_field> ip_fields_;
   std::unique_ptr<char[]> body_buf_;
   std::string head_out_;
   std::string request_id_;
   std::string path_;
   std::string client_key_;
+  net::client_identity who_;  // the resolved client, when the peer is a trusted proxy
+  std::string xff_, forwarded_, client_ip_text_;  // what the upstream is told (see forwarder.hpp)
+  chunk_vetter vetter_;
   bool peer_trusted_ = false;  // under this request's config snapshot
   std::string peer_key_;
   std::shared_ptr<const app::runtime> peer_key_rt_;
@@ -130,6 +173,7 @@ class session {
   double upstream_ms_ = -1;
   clock::time_point started_;
   std::size_t requests_ = 0;
+  bool parked_ = false;
 };
 
 }  // namespace fg::http::detail

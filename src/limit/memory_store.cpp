@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <functional>
 
@@ -17,13 +16,54 @@ std::int64_t memory_store::now_ms() {
       .count();
 }
 
-std::size_t memory_store::shard_of(const std::string& key) const { return std::hash<std::string>{}(key) % shard_count; }
+std::size_t memory_store::shard_of(std::string_view key) const {
+  return std::hash<std::string_view>{}(key) % shard_count;
+}
+
+void memory_store::erase(shard& s, std::list<entry>::iterator it) {
+  s.map.erase(std::string_view(it->key));
+  s.lru.erase(it);
+}
 
 void memory_store::sweep(shard& s, std::int64_t now, std::span<key_state* const> keep) {
-  std::erase_if(s.map, [&](const auto& kv) {
-    return kv.second.expires_at <= now && std::find(keep.begin(), keep.end(), &kv.second) == keep.end();
-  });
+  for (auto it = s.lru.begin(); it != s.lru.end();) {
+    auto next = std::next(it);
+    if (it->state.expires_at <= now && std::find(keep.begin(), keep.end(), &it->state) == keep.end()) erase(s, it);
+    it = next;
+  }
   s.next_sweep = now + 1000;
+}
+
+void memory_store::note_eviction(std::int64_t now) {
+  evicted_total_.fetch_add(1, std::memory_order_relaxed);
+  auto pending = evicted_unreported_.fetch_add(1, std::memory_order_relaxed) + 1;
+  auto last = last_report_.load(std::memory_order_relaxed);
+  if (now - last < 5000 || !last_report_.compare_exchange_strong(last, now)) return;
+  evicted_unreported_.fetch_sub(pending, std::memory_order_relaxed);
+  spdlog::warn("memory store under key pressure ({} keys per shard, {} shards): {} live key(s) evicted, least "
+               "recently used first, since the last report",
+               max_per_shard_, shard_count, pending);
+}
+
+key_state& memory_store::touch(shard& s, const std::string& key, std::int64_t now, std::span<key_state* const> keep) {
+  if (auto it = s.map.find(std::string_view(key)); it != s.map.end()) {
+    s.lru.splice(s.lru.begin(), s.lru, it->second);
+    return it->second->state;
+  }
+  if (s.map.size() >= max_per_shard_) {
+    // Expired keys first (at most one full pass per second), then the least recently used.
+    if (now >= s.next_sweep) sweep(s, now, keep);
+    for (auto it = s.lru.end(); s.map.size() >= max_per_shard_ && it != s.lru.begin();) {
+      --it;
+      if (std::find(keep.begin(), keep.end(), &it->state) != keep.end()) continue;
+      auto victim = it++;
+      if (victim->state.expires_at > now) note_eviction(now);
+      erase(s, victim);
+    }
+  }
+  s.lru.push_front(entry{key, key_state{}});
+  s.map.emplace(std::string_view(s.lru.front().key), s.lru.begin());
+  return s.lru.front().state;
 }
 
 memory_store::result memory_store::evaluate(std::span<const check> checks, std::span<decision> out, std::int64_t now,
@@ -40,24 +80,9 @@ memory_store::result memory_store::evaluate(std::span<const check> checks, std::
   for (auto i : order) locks.emplace_back(shards_[i].mu);
 
   std::vector<key_state*> states(checks.size());
-  for (std::size_t i = 0; i < checks.size(); ++i) {
-    auto& sh = shards_[idx[i]];
-    auto it = sh.map.find(checks[i].key);
-    if (it == sh.map.end()) {
-      if (sh.map.size() >= max_per_shard_) {
-        // Keys this call already holds (expired or just created) must survive the sweep.
-        sweep(sh, now, std::span<key_state* const>(states.data(), i));
-        if (sh.map.size() >= max_per_shard_) {
-          static std::atomic<std::int64_t> last_log{0};
-          if (now - last_log.exchange(now) > 5000)
-            spdlog::warn("memory store full ({} keys per shard): new keys are refused", max_per_shard_);
-          return result::full;
-        }
-      }
-      it = sh.map.emplace(checks[i].key, key_state{}).first;
-    }
-    states[i] = &it->second;
-  }
+  for (std::size_t i = 0; i < checks.size(); ++i)
+    // Keys this call already holds (expired or just created) must survive a sweep.
+    states[i] = &touch(shards_[idx[i]], checks[i].key, now, std::span<key_state* const>(states.data(), i));
   bool blocked = false;
   for (std::size_t i = 0; i < checks.size(); ++i) {
     out[i] = limit::evaluate(*checks[i].cfg, *states[i], now, checks[i].cost, false, lease);
@@ -75,8 +100,8 @@ memory_store::result memory_store::evaluate(std::span<const check> checks, std::
 void memory_store::release(const std::string& key, std::uint64_t lease) {
   auto& sh = shards_[shard_of(key)];
   std::lock_guard lock(sh.mu);
-  auto it = sh.map.find(key);
-  if (it != sh.map.end()) release_lease(it->second, lease);
+  auto it = sh.map.find(std::string_view(key));
+  if (it != sh.map.end()) release_lease(it->second->state, lease);
 }
 
 std::size_t memory_store::size() const {

@@ -1,8 +1,11 @@
 #pragma once
+#include <atomic>
 #include <cstdint>
+#include <list>
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -13,13 +16,16 @@
 namespace fg::limit {
 
 // The embedded store: every algorithm in process, shared by all workers. Keys expire
-// like Redis keys and are reclaimed; the number of keys is capped (a new key past the
-// cap is an error, so the route's on_store_error applies, and a log line says so).
+// like Redis keys and are reclaimed. The number of keys is capped (per shard, the cap
+// / 64): under key pressure a new key takes the place of an expired one, else of the
+// least recently used one, so limiting goes on for everyone (an evicted key's client
+// starts afresh: an early forgotten denial admits that one client, never all), and
+// memory stays bounded by the cap. Evictions are logged once per interval.
 class memory_store {
  public:
   explicit memory_store(std::size_t max_keys = 1'000'000);
 
-  enum class result { ok, full };
+  enum class result { ok };
   // All checks are evaluated together: if one that is not in shadow mode denies,
   // nothing is recorded for any; otherwise every admitting check is recorded.
   // `now` in milliseconds (monotonic). Thread-safe.
@@ -27,21 +33,35 @@ class memory_store {
   void release(const std::string& key, std::uint64_t lease);
 
   std::size_t size() const;
+  // Keys evicted before they expired, since the start.
+  std::uint64_t evictions() const { return evicted_total_.load(std::memory_order_relaxed); }
   static std::int64_t now_ms();
 
  private:
   static constexpr std::size_t shard_count = 64;
+  struct entry {
+    std::string key;
+    key_state state;
+  };
   struct shard {
     mutable std::mutex mu;
-    std::unordered_map<std::string, key_state> map;
+    std::list<entry> lru;  // most recently used first
+    std::unordered_map<std::string_view, std::list<entry>::iterator> map;  // views into lru's keys
     std::int64_t next_sweep = 0;
   };
-  std::size_t shard_of(const std::string& key) const;
+  std::size_t shard_of(std::string_view key) const;
+  // The key's state, created (making room if the shard is full) when absent; used now.
+  key_state& touch(shard& s, const std::string& key, std::int64_t now, std::span<key_state* const> keep);
   // Erases expired keys, except those in `keep` (states the caller still points to).
   void sweep(shard& s, std::int64_t now, std::span<key_state* const> keep = {});
+  void erase(shard& s, std::list<entry>::iterator it);
+  void note_eviction(std::int64_t now);
 
   std::vector<shard> shards_;
   std::size_t max_per_shard_;
+  std::atomic<std::uint64_t> evicted_total_{0};
+  std::atomic<std::uint64_t> evicted_unreported_{0};
+  std::atomic<std::int64_t> last_report_{-100000};
 };
 
 }  // namespace fg::limit

@@ -34,7 +34,10 @@ void split_list(std::string_view v, F&& each, bool quotes = true) {
 
 }  // namespace
 
-void forwarded_for_values(std::string_view value, std::vector<std::string_view>& out) {
+namespace {
+// Each element of a Forwarded value with its for= value ("" where it has none).
+template <class F>
+void forwarded_elements(std::string_view value, F&& each) {
   split_list(value, [&](std::string_view element) {
     std::string_view for_value;
     bool found = false;
@@ -54,8 +57,13 @@ void forwarded_for_values(std::string_view value, std::vector<std::string_view>&
       }
     }
     // An element without for= still is a hop: keep its place so the walk stops there.
-    out.push_back(found ? for_value : std::string_view());
+    each(element, found ? for_value : std::string_view());
   });
+}
+}  // namespace
+
+void forwarded_for_values(std::string_view value, std::vector<std::string_view>& out) {
+  forwarded_elements(value, [&](std::string_view, std::string_view for_value) { out.push_back(for_value); });
 }
 
 client_ip_resolver::client_ip_resolver(cidr_set trusted, std::vector<std::string> headers, unsigned ipv6_prefix)
@@ -82,18 +90,69 @@ std::optional<address> client_ip_resolver::from_list(std::span<const header_fiel
     if (k == kind::xff) split_list(f.value, [&](std::string_view v) { hops.push_back(v); }, false);
     else forwarded_for_values(f.value, hops);
   }
+  auto i = client_hop(hops, k == kind::xff);
+  if (i < 0) return std::nullopt;
+  return parse_forwarded_address(hops[static_cast<std::size_t>(i)]);
+}
+
+std::ptrdiff_t client_ip_resolver::client_hop(std::span<const std::string_view> hops, bool skip_empty) const {
   // Right to left: skip our own proxies; the first untrusted hop is the client. A hop
   // that is not an address ("unknown", obfuscated) ends the walk: what lies to its left
   // was written by a party no trusted proxy vouched for.
-  std::optional<address> leftmost_trusted;
-  for (auto it = hops.rbegin(); it != hops.rend(); ++it) {
-    if (k == kind::xff && trim(*it).empty()) continue;  // "a, , b" or a trailing comma
-    auto a = parse_forwarded_address(*it);
-    if (!a) return std::nullopt;
-    if (!trusted_.contains(*a)) return a;
-    leftmost_trusted = a;
+  std::ptrdiff_t leftmost_trusted = -1;
+  for (auto i = static_cast<std::ptrdiff_t>(hops.size()) - 1; i >= 0; --i) {
+    const auto hop = hops[static_cast<std::size_t>(i)];
+    if (skip_empty && trim(hop).empty()) continue;  // "a, , b" or a trailing comma
+    auto a = parse_forwarded_address(hop);
+    if (!a) return -1;
+    if (!trusted_.contains(*a)) return i;
+    leftmost_trusted = i;
   }
   return leftmost_trusted;
+}
+
+void client_ip_resolver::forwarding(const address& peer, std::string_view peer_text,
+                                    std::span<const header_field> fields, const client_identity& who, bool full,
+                                    std::string& xff, std::string& forwarded) const {
+  xff.clear();
+  forwarded.clear();
+  auto join = [](std::string& out, std::string_view piece) {
+    if (!out.empty()) out.append(", ");
+    out.append(piece);
+  };
+  if (!trusted_.contains(normalize(peer))) {
+    xff.assign(peer_text);
+    return;
+  }
+  std::vector<std::string_view> hops;
+  for (const auto& f : fields)
+    if (iequals(f.name, "X-Forwarded-For")) split_list(f.value, [&](std::string_view v) { hops.push_back(v); }, false);
+  if (full) {
+    for (auto h : hops)
+      if (!h.empty()) join(xff, h);
+    join(xff, peer_text);
+    for (const auto& f : fields)
+      if (iequals(f.name, "Forwarded")) join(forwarded, trim(f.value));
+    return;
+  }
+  // From the client on: what lies to its left is the client's own say.
+  auto i = client_hop(hops, true);
+  auto at = i < 0 ? std::optional<address>() : parse_forwarded_address(hops[static_cast<std::size_t>(i)]);
+  if (at && *at == who.ip) {
+    for (auto j = static_cast<std::size_t>(i); j < hops.size(); ++j)
+      if (auto a = parse_forwarded_address(hops[j])) join(xff, a->to_string());
+  } else if (who.from_header) {
+    xff = who.ip.to_string();
+  }
+  join(xff, peer_text);
+  std::vector<std::string_view> elements, fors;
+  for (const auto& f : fields)
+    if (iequals(f.name, "Forwarded"))
+      forwarded_elements(f.value, [&](std::string_view e, std::string_view v) { elements.push_back(e), fors.push_back(v); });
+  auto k = client_hop(fors, false);
+  auto fat = k < 0 ? std::optional<address>() : parse_forwarded_address(fors[static_cast<std::size_t>(k)]);
+  if (fat && *fat == who.ip)
+    for (auto j = static_cast<std::size_t>(k); j < elements.size(); ++j) join(forwarded, elements[j]);
 }
 
 client_identity client_ip_resolver::resolve(const address& peer, std::span<const header_field> fields) const {

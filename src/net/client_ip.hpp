@@ -33,12 +33,22 @@ class client_ip_resolver {
   // `fields`: the request's header fields (any order; only configured names are read).
   client_identity resolve(const address& peer, std::span<const header_field> fields) const;
 
+  // What the upstream is told about the client: the X-Forwarded-For and Forwarded values
+  // to send ("" = none). `full`: the trusted proxy's chain as it came, with the peer
+  // appended to X-Forwarded-For; else each chain starts at the client `who` (as this
+  // resolver found it in that header) and X-Forwarded-For ends with the peer. Nothing
+  // an untrusted peer wrote is kept.
+  void forwarding(const address& peer, std::string_view peer_text, std::span<const header_field> fields,
+                  const client_identity& who, bool full, std::string& xff, std::string& forwarded) const;
+
   // The identity key of an address after ipv6_prefix.
   std::string key_of(const address& a) const;
 
  private:
   enum class kind { xff, forwarded, single };
   std::optional<address> from_list(std::span<const header_field> fields, std::string_view name, kind k) const;
+  // The right-to-left walk: the index of the client's hop in `hops`, or -1.
+  std::ptrdiff_t client_hop(std::span<const std::string_view> hops, bool skip_empty) const;
 
   cidr_set trusted_;
   std::vector<std::string> headers_;

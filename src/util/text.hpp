@@ -17,6 +17,18 @@ inline bool iequals(std::string_view a, std::string_view b) {
          });
 }
 
+// Field names equal once '_' is read as '-' and case is ignored: how CGI-style
+// backends (and some frameworks) fold names, so "Content_Length" is Content-Length to them.
+inline bool iequals_folded(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           auto fold = [](char c) {
+             auto u = static_cast<unsigned>(static_cast<unsigned char>(c));
+             return u == '_' ? unsigned('-') : u - 'A' < 26u ? u | 0x20u : u;
+           };
+           return fold(x) == fold(y);
+         });
+}
+
 // Without leading and trailing optional whitespace (SP, HTAB).
 inline std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);

@@ -18,9 +18,10 @@ def test_forwards_and_rewrites_headers(gateway):
     for gone in ("connection", "keep-alive", "te", "proxy-authorization", "x-secret"):
         assert gone not in names, gone
     assert hdr["host"] == "api.example.com"
-    # peer 127.0.0.1 is not a trusted proxy: its XFF is kept but the peer is appended,
-    # and its X-Forwarded-Proto is not believed
-    assert hdr["x-forwarded-for"] == "203.0.113.9, 127.0.0.1"
+    # peer 127.0.0.1 is not a trusted proxy: its XFF is dropped (the upstream sees the
+    # peer alone, the client floodgate limited), and its X-Forwarded-Proto is not believed
+    assert hdr["x-forwarded-for"] == "127.0.0.1"
+    assert hdr["x-real-ip"] == "127.0.0.1"
     assert hdr["x-forwarded-proto"] == "http"
     assert hdr["x-forwarded-host"] == "api.example.com"
     assert len(hdr["x-request-id"]) == 32

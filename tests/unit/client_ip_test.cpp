@@ -501,3 +501,46 @@ TEST_CASE("forwarded_for_values", "[client_ip]") {
     CHECK(out == std::vector<sv>{"1.1.1.1", "2.2.2.2", "3.3.3.3"});
   }
 }
+
+TEST_CASE("client_ip_resolver::forwarding: what the upstream is told", "[client_ip]") {
+  client_ip_resolver r(make_set(kTrusted), kAll, 128);
+  auto tell = [&](const char* peer, std::vector<header_field> fields, bool full) {
+    auto who = r.resolve(ip(peer), fields);
+    std::string xff, fwd;
+    r.forwarding(ip(peer), peer, fields, who, full, xff, fwd);
+    return std::pair{xff, fwd};
+  };
+  SECTION("an untrusted peer's chain is dropped whole") {
+    auto [xff, fwd] = tell("203.0.113.7", {{"X-Forwarded-For", "6.6.6.6"}, {"Forwarded", "for=6.6.6.6"}}, false);
+    CHECK(xff == "203.0.113.7");
+    CHECK(fwd.empty());
+    std::tie(xff, fwd) = tell("203.0.113.7", {{"X-Forwarded-For", "6.6.6.6"}}, true);
+    CHECK(xff == "203.0.113.7");
+  }
+  SECTION("behind a trusted proxy the chain starts at the client: a forged first value is gone") {
+    auto [xff, fwd] = tell("10.0.0.1", {{"X-Forwarded-For", "6.6.6.6, 198.51.100.9"}}, false);
+    CHECK(xff == "198.51.100.9, 10.0.0.1");
+    // Trusted hops after the client are kept, in order.
+    std::tie(xff, fwd) = tell("10.0.0.1", {{"X-Forwarded-For", "6.6.6.6, 198.51.100.9:4711, 10.1.1.1"}}, false);
+    CHECK(xff == "198.51.100.9, 10.1.1.1, 10.0.0.1");
+  }
+  SECTION("full keeps the proxy's chain") {
+    auto [xff, fwd] = tell("10.0.0.1", {{"X-Forwarded-For", "6.6.6.6, 198.51.100.9"}, {"Forwarded", "for=1.2.3.4"}}, true);
+    CHECK(xff == "6.6.6.6, 198.51.100.9, 10.0.0.1");
+    CHECK(fwd == "for=1.2.3.4");
+  }
+  SECTION("Forwarded keeps the elements from the client's on") {
+    auto [xff, fwd] = tell("10.0.0.1", {{"Forwarded", "for=6.6.6.6, for=198.51.100.9;proto=https, for=10.2.2.2"}}, false);
+    CHECK(fwd == "for=198.51.100.9;proto=https, for=10.2.2.2");
+    CHECK(xff == "198.51.100.9, 10.0.0.1");
+  }
+  SECTION("a client found in another header starts X-Forwarded-For") {
+    auto [xff, fwd] = tell("10.0.0.1", {{"X-Real-IP", "198.51.100.9"}, {"Forwarded", "for=unknown"}}, false);
+    CHECK(xff == "198.51.100.9, 10.0.0.1");
+    CHECK(fwd.empty());
+  }
+  SECTION("a trusted peer that names no client") {
+    auto [xff, fwd] = tell("10.0.0.1", {}, false);
+    CHECK(xff == "10.0.0.1");
+  }
+}

@@ -193,32 +193,66 @@ TEST_CASE("build_upstream_request: headers named in Connection removed", "[forwa
   }
 }
 
-TEST_CASE("build_upstream_request: X-Forwarded-For appended", "[forwarder]") {
+TEST_CASE("build_upstream_request: X-Forwarded-For is what the gateway says, never the client's own", "[forwarder]") {
   auto c = ctx_untrusted();
   SECTION("no incoming value") {
     auto h = split_head(upstream("GET / HTTP/1.1\r\nHost: a\r\n\r\n", c));
     CHECK(named(h, "X-Forwarded-For") == lines{"X-Forwarded-For: 10.0.0.9"});
   }
-  SECTION("one incoming value") {
+  SECTION("an incoming value is replaced by the chain the gateway built (the peer alone by default)") {
     auto h = split_head(upstream("GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 1.1.1.1\r\n\r\n", c));
-    CHECK(named(h, "X-Forwarded-For") == lines{"X-Forwarded-For: 1.1.1.1, 10.0.0.9"});
-  }
-  SECTION("several lines merged in order, peer last") {
-    auto h = split_head(upstream(
-        "GET / HTTP/1.1\r\nX-Forwarded-For: 1.1.1.1\r\nHost: a\r\nx-forwarded-for:  2.2.2.2, 3.3.3.3 \r\n"
-        "X-FORWARDED-FOR: 4.4.4.4\r\n\r\n",
-        c));
-    CHECK(named(h, "X-Forwarded-For") == lines{"X-Forwarded-For: 1.1.1.1, 2.2.2.2, 3.3.3.3, 4.4.4.4, 10.0.0.9"});
-    CHECK(h.l[1] == "Host: a");
-  }
-  SECTION("empty incoming value ignored") {
-    auto h = split_head(upstream("GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: \r\n\r\n", c));
     CHECK(named(h, "X-Forwarded-For") == lines{"X-Forwarded-For: 10.0.0.9"});
+    c.xff = "1.1.1.1, 10.0.0.9";
+    auto h2 = split_head(upstream(
+        "GET / HTTP/1.1\r\nX-Forwarded-For: 6.6.6.6\r\nHost: a\r\nx-forwarded-for:  2.2.2.2 \r\n\r\n", c));
+    CHECK(named(h2, "X-Forwarded-For") == lines{"X-Forwarded-For: 1.1.1.1, 10.0.0.9"});
+    CHECK(h2.l[1] == "Host: a");
   }
-  SECTION("IPv6 peer") {
-    c.peer_ip = "2001:db8::1";
-    auto h = split_head(upstream("GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 1.1.1.1\r\n\r\n", c));
-    CHECK(named(h, "X-Forwarded-For") == lines{"X-Forwarded-For: 1.1.1.1, 2001:db8::1"});
+  SECTION("Forwarded is replaced too, or dropped") {
+    auto h = split_head(upstream("GET / HTTP/1.1\r\nHost: a\r\nForwarded: for=6.6.6.6\r\n\r\n", c));
+    CHECK(named(h, "Forwarded").empty());
+    c.forwarded = "for=1.1.1.1;proto=https";
+    auto h2 = split_head(upstream("GET / HTTP/1.1\r\nHost: a\r\nForwarded: for=6.6.6.6\r\n\r\n", c));
+    CHECK(named(h2, "Forwarded") == lines{"Forwarded: for=1.1.1.1;proto=https"});
+  }
+  SECTION("the client header is set to the resolved client; the dropped identity headers go, '_' read as '-'") {
+    std::vector<std::string> drop{"X-Real-IP", "Proxy-Client-IP", "HTTP_CLIENT_IP"};
+    c.drop = drop;
+    c.client_header = "X-Real-IP";
+    c.client_ip = "1.1.1.1";
+    auto h = split_head(upstream(
+        "GET / HTTP/1.1\r\nHost: a\r\nX-Real-IP: 6.6.6.6\r\nX_Real_IP: 6.6.6.7\r\nProxy-Client-IP: 6.6.6.8\r\n"
+        "HTTP-CLIENT-IP: 6.6.6.9\r\nhttp_client_ip: 6.6.6.10\r\nX-Kept: k\r\n\r\n",
+        c));
+    CHECK(named(h, "X-Real-IP") == lines{"X-Real-IP: 1.1.1.1"});
+    for (auto name : {"X_Real_IP", "Proxy-Client-IP", "HTTP-CLIENT-IP", "http_client_ip"}) CHECK(named(h, name).empty());
+    CHECK(named(h, "X-Kept") == lines{"X-Kept: k"});
+  }
+  SECTION("HTTP2-Settings is never forwarded") {
+    auto h = split_head(upstream("GET / HTTP/1.1\r\nHost: a\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n", c));
+    CHECK(named(h, "HTTP2-Settings").empty());
+  }
+}
+
+TEST_CASE("build_upstream_request: a request without Host gets the upstream's, and no X-Forwarded-Host", "[forwarder]") {
+  auto c = ctx_untrusted();
+  c.default_host = "127.0.0.1:9000";
+  auto h = split_head(upstream("GET / HTTP/1.0\r\n\r\n", c));
+  CHECK(named(h, "Host") == lines{"Host: 127.0.0.1:9000"});
+  CHECK(named(h, "X-Forwarded-Host").empty());
+  auto h2 = split_head(upstream("GET / HTTP/1.0\r\nHost: b\r\n\r\n", c));
+  CHECK(named(h2, "Host") == lines{"Host: b"});
+}
+
+TEST_CASE("valid_host", "[forwarder]") {
+  using fg::http::valid_host;
+  for (auto ok : {"a", "example.com", "api.example.com:8080", "127.0.0.1", "10.0.0.1:65535", "[::1]", "[2001:db8::1]:443",
+                  "my_service", "a-b.c~d"})
+    CHECK(valid_host(ok));
+  for (auto bad : {"", "a b", "a/b", "user@host", "a:b", "a:", ":80", "a:65536", "a:123456", "[::1", "[::1]x",
+                   "[::1]:", "[zz]", "a%20b", "a\tb", "a,b", "a:80:90", "[]"}) {
+    INFO(bad);
+    CHECK_FALSE(valid_host(bad));
   }
 }
 
@@ -571,8 +605,14 @@ TEST_CASE("is_upgrade_request", "[forwarder]") {
   CHECK(is_upgrade_request(parse_request("GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")));
   CHECK(is_upgrade_request(
       parse_request("GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, UPGRADE\r\nUpgrade: websocket\r\n\r\n")));
-  CHECK(is_upgrade_request(
+  CHECK(is_upgrade_request(parse_request(
+      "GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\nconnection: upgrade\r\nUpgrade: WebSocket\r\n\r\n")));
+  // Only WebSocket is tunnelled: h2c and the rest are dropped, not forwarded.
+  CHECK_FALSE(is_upgrade_request(
       parse_request("GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\nconnection: upgrade\r\nUpgrade: x\r\n\r\n")));
+  CHECK_FALSE(is_upgrade_request(parse_request(
+      "GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAA\r\n\r\n")));
+  CHECK_FALSE(is_upgrade_request(parse_request("POST / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")));
   CHECK_FALSE(is_upgrade_request(parse_request("GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\n\r\n")));
   CHECK_FALSE(is_upgrade_request(parse_request("GET / HTTP/1.1\r\nHost: a\r\nConnection: upgrade\r\n\r\n")));
   CHECK_FALSE(is_upgrade_request(

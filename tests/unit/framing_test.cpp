@@ -107,7 +107,7 @@ TEST_CASE("head_scanner: complete head", "[framing]") {
   SECTION("reset starts over") {
     s.reset();
     CHECK(s.head_size() == 0);
-    CHECK(s.scan("GET / HTTP/1.1\r\n") == state::need_more);
+    CHECK(s.scan(std::string_view(head).substr(0, 17)) == state::need_more);
     CHECK(s.scan(head) == state::complete);
     CHECK(s.head_size() == head.size());
   }
@@ -366,4 +366,110 @@ TEST_CASE("check_request_framing: Host", "[framing]") {
   CHECK(why_rejected(make_header(10, {{bhttp::field::host, "a"}, {bhttp::field::host, "b"}})) == "repeated Host");
   CHECK(why_rejected(make_header(10, {})) == "<accepted>");
   CHECK(why_rejected(make_header(11, {{bhttp::field::host, ""}})) == "<accepted>");  // empty Host is allowed
+}
+
+TEST_CASE("head_scanner: a request line or field that cannot become valid is refused at once", "[framing]") {
+  struct bad_case {
+    std::string head;
+    std::size_t decided_at;  // bytes needed to decide
+  };
+  using namespace std::string_literals;
+  const bad_case cases[] = {
+      {"GET /\r\n", 7},                      // HTTP/0.9: no version, no blank line will come
+      {"GET / \r\n", 8},
+      {"GET\r\n", 5},
+      {"GET / HTTP/2.0\r\n", 12},
+      {"GET / HTTP/1.1x\r\n", 15},
+      {"GET / http/1.1\r\n", 7},
+      {"\x16\x03\x01\x02\x00"s, 1},          // a TLS ClientHello on the plain port
+      {"G(T / HTTP/1.1\r\n", 2},
+      {"GET  / HTTP/1.1\r\n", 5},
+      {"GET /\x01 HTTP/1.1\r\n"s, 6},
+      {"GET / HTTP/1.1\r\nHost a\r\n", 21},  // no colon: the space is no name byte
+      {"GET / HTTP/1.1\r\nHost : a\r\n", 21},
+      {"GET / HTTP/1.1\r\n: a\r\n", 17},
+      {"GET / HTTP/1.1\r\nHost\r\n", 22},
+      {"GET / HTTP/1.1\r\nX: a\x01\r\n"s, 21},
+      {"GET / HTTP/1.1\r\nX: a\x7f\r\n"s, 21},
+  };
+  for (const auto& c : cases) {
+    INFO(c.head);
+    head_scanner s;
+    auto [st, at] = scan_bytewise(s, c.head);
+    CHECK(st == state::bad);
+    CHECK(at == c.decided_at);
+  }
+  head_scanner ok;
+  CHECK(ok.scan("PATCH /a?b=c HTTP/1.0\r\nX-Y_z: v\r\n\r\n") == state::complete);
+}
+
+TEST_CASE("chunk_vetter: framing followed as bytes arrive", "[framing]") {
+  using fg::http::chunk_vetter;
+  using vs = chunk_vetter::state;
+  auto bytewise = [](std::string_view body) {
+    chunk_vetter v;
+    for (std::size_t i = 0; i < body.size(); ++i) {
+      auto st = v.feed(body.substr(i, 1));
+      if (st != vs::more) return std::pair{st, i + 1};
+    }
+    return std::pair{vs::more, body.size()};
+  };
+  SECTION("valid bodies end exactly at their last byte, whole or byte by byte") {
+    for (std::string_view body : {"0\r\n\r\n", "5\r\nhello\r\n0\r\n\r\n", "5;a=b;c=\"d\"\r\nhello\r\n0\r\n\r\n",
+                                  "A \t;x\r\n0123456789\r\n0\r\nX-T: done\r\nY: z\r\n\r\n", "00000\r\n\r\n"}) {
+      INFO(body);
+      auto [st, at] = bytewise(body);
+      CHECK(st == vs::done);
+      CHECK(at == body.size());
+      chunk_vetter whole;
+      CHECK(whole.feed(std::string(body) + "GET / HTTP/1.1\r\n") == vs::done);
+    }
+  }
+  SECTION("split anywhere") {
+    std::string body = "1a\r\n" + std::string(26, 'x') + "\r\n3\r\nabc\r\n0\r\n\r\n";
+    for (std::size_t cut = 0; cut <= body.size(); ++cut) {
+      chunk_vetter v;
+      auto first = v.feed(std::string_view(body).substr(0, cut));
+      if (cut < body.size()) {
+        CHECK(first == vs::more);
+        CHECK(v.feed(std::string_view(body).substr(cut)) == vs::done);
+      } else {
+        CHECK(first == vs::done);
+      }
+    }
+  }
+  SECTION("malformed framing is refused at the byte that decides it") {
+    struct bad_case {
+      std::string_view body;
+      std::size_t at;
+    };
+    const bad_case cases[] = {
+        {"5\nhello\n0\n\n", 2},  // bare LF chunk lines
+        {"5;ext\nhello", 6},
+        {"5\r\nhello\n", 9},     // chunk data followed by a bare LF
+        {"5\r\nhelloX", 9},
+        {"x\r\n", 1},
+        {"\r\n", 1},
+        {"5 x\r\n", 3},
+        {"5\rx", 3},
+        {"1000000000000000\r\n", 16},  // 16 hex digits: more than any body
+        {"0\r\nX-T: a\nY", 10},         // a bare LF in the trailers
+        {"0\r\n\n", 4},
+        {"0\r\n\rx", 5},
+        {"0\r\n: x\r\n", 4},
+        {"5;a\x01\r\n", 4},
+    };
+    for (const auto& c : cases) {
+      INFO(c.body);
+      auto [st, at] = bytewise(c.body);
+      CHECK(st == vs::bad);
+      CHECK(at == c.at);
+    }
+  }
+  SECTION("extensions and trailers are bounded") {
+    chunk_vetter v;
+    CHECK(v.feed("5;" + std::string(5000, 'a')) == vs::bad);
+    chunk_vetter t;
+    CHECK(t.feed("0\r\nX: " + std::string(20000, 'a')) == vs::bad);
+  }
 }

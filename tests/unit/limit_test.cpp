@@ -612,27 +612,55 @@ TEST_CASE("memory_store: expired keys are swept", "[limit]") {
   CHECK(st.size() == 1);
 }
 
-TEST_CASE("memory_store: new keys past the cap are refused until keys expire", "[limit]") {
-  memory_store st(64);  // one key per shard
+TEST_CASE("memory_store: past the cap a new key takes an expired key's place, else the least recently used", "[limit]") {
+  memory_store st(128);  // two keys per shard
   auto c = windowed(cfg::algorithm::fixed_window, 5, 1000);
   std::string k1 = "key-a";
   std::string k2 = key_in_shard(shard(k1), {k1});
-  std::string k3 = key_not_in_shard(shard(k1));
+  std::string k3 = key_in_shard(shard(k1), {k1, k2});
+  std::string other = key_not_in_shard(shard(k1));
 
-  CHECK(run(st, {{&c, k1, 1}}, 0).res == memory_store::result::ok);
-  CHECK(run(st, {{&c, k2, 1}}, 10).res == memory_store::result::full);
-  CHECK(run(st, {{&c, k1, 1}}, 10).res == memory_store::result::ok);  // existing keys still work
-  CHECK(run(st, {{&c, k3, 1}}, 10).res == memory_store::result::ok);
-  CHECK(st.size() == 2);
-
-  auto r = run(st, {{&c, k2, 1}}, 1000);  // k1 expired: its place is free
-  CHECK(r.res == memory_store::result::ok);
+  run(st, {{&c, k1, 1}}, 0);
+  run(st, {{&c, k2, 1}}, 10);
+  run(st, {{&c, k1, 1}}, 20);  // k1 used last: k2 is the least recently used
+  CHECK(run(st, {{&c, other, 1}}, 20).out[0].remaining == 4);  // another shard is not touched
+  auto r = run(st, {{&c, k3, 1}}, 30);
   CHECK(r.out[0].allowed);
-  CHECK(r.out[0].remaining == 4);
-  CHECK(run(st, {{&c, k1, 1}}, 1001).res == memory_store::result::full);
+  CHECK(st.size() == 3);
+  CHECK(st.evictions() == 1);
+  CHECK(run(st, {{&c, k1, 1}}, 40).out[0].remaining == 2);  // k1 kept its count
+  CHECK(run(st, {{&c, k2, 1}}, 50).out[0].remaining == 4);  // k2 was forgotten: afresh
+  // k3 is now the least recently used; expired keys go first though, and are no eviction.
+  auto ev = st.evictions();
+  auto c2 = windowed(cfg::algorithm::fixed_window, 5, 10);
+  std::string k4 = key_in_shard(shard(k1), {k1, k2, k3});
+  std::string k5 = key_in_shard(shard(k1), {k1, k2, k3, k4});
+  memory_store st2(128);
+  run(st2, {{&c, k1, 1}}, 0);
+  run(st2, {{&c2, k2, 1}}, 1);      // expires at 11
+  run(st2, {{&c, k1, 1}}, 2000);    // k2 expired (and swept); k1 live and recent
+  run(st2, {{&c, k4, 1}}, 2001);
+  run(st2, {{&c, k5, 1}}, 2002);    // full: k1 is the least recently used now
+  CHECK(st2.size() == 2);
+  CHECK(ev == st.evictions());
 }
 
-TEST_CASE("memory_store: a sweep for a new key never frees a key the same call uses", "[limit]") {
+TEST_CASE("memory_store: limiting goes on under key pressure, memory bounded by the cap", "[limit]") {
+  memory_store st(64 * 100);
+  auto c = windowed(cfg::algorithm::fixed_window, 5, 600000);
+  // 200,000 identities (each once), then a new client: limited to exactly 5.
+  for (int i = 0; i < 200000; ++i) run(st, {{&c, "flood:" + std::to_string(i), 1}}, i / 100);
+  CHECK(st.size() <= 64 * 100);
+  CHECK(st.evictions() >= 200000 - 64 * 100);
+  int admitted = 0;
+  for (int i = 0; i < 10; ++i) admitted += run(st, {{&c, "victim", 1}}, 2000 + i).out[0].allowed;
+  CHECK(admitted == 5);
+  // ... and stays limited while the flood goes on (it evicts the least recently used).
+  for (int i = 0; i < 1000; ++i) run(st, {{&c, "flood2:" + std::to_string(i), 1}}, 2100);
+  CHECK_FALSE(run(st, {{&c, "victim", 1}}, 2200).out[0].allowed);
+}
+
+TEST_CASE("memory_store: a call's own keys are never evicted or swept from under it", "[limit]") {
   // One key per shard; x expires, then one request needs two new keys in that shard.
   memory_store st(64);
   auto c = windowed(cfg::algorithm::fixed_window, 5, 100);
@@ -640,15 +668,17 @@ TEST_CASE("memory_store: a sweep for a new key never frees a key the same call u
   std::string a = key_in_shard(shard(x), {x});
   std::string b = key_in_shard(shard(x), {x, a});
   REQUIRE(run(st, {{&c, x, 1}}, 0).res == memory_store::result::ok);
-  // Two keys cannot fit in a one-key shard.
-  CHECK(run(st, {{&c, a, 1}, {&c, b, 1}}, 200).res == memory_store::result::full);
+  // Two keys in a one-key shard: both are evaluated, the shard is over its cap until the next call.
+  auto both = run(st, {{&c, a, 1}, {&c, b, 1}}, 200);
+  CHECK(both.out[0].remaining == 4);
+  CHECK(both.out[1].remaining == 4);
+  CHECK(run(st, {{&c, a, 1}}, 201).out[0].remaining == 3);
   // An expired key that the call reuses must not be swept from under it either.
   memory_store st2(64);
   REQUIRE(run(st2, {{&c, x, 1}}, 0).res == memory_store::result::ok);
-  CHECK(run(st2, {{&c, x, 1}, {&c, a, 1}}, 200).res == memory_store::result::full);
-  auto r = run(st2, {{&c, x, 1}}, 200);
-  CHECK(r.res == memory_store::result::ok);
-  CHECK(r.out[0].remaining == 4);
+  auto r2 = run(st2, {{&c, x, 1}, {&c, a, 1}}, 200);
+  CHECK(r2.out[0].remaining == 4);
+  CHECK(r2.out[1].remaining == 4);
 }
 
 TEST_CASE("memory_store: concurrency leases released through the store", "[limit]") {
