@@ -1,16 +1,22 @@
 -- sliding_window: a = limit, b = window ms. Two buckets: b = index of the current
 -- bucket, c = its count, p = the previous bucket's count; the previous bucket is
--- weighted by how much of it the sliding window still covers.
+-- weighted by how much of it the sliding window still covers. o = where bucket 0
+-- starts: the key's first request (as the memory store does, src/limit/algorithms.cpp),
+-- not the clock's window, where a flood from idle got a whole limit at once.
 ALGOS[SW] = function(now, ceil, floor, whole, read_state)
   local mfloor, mmax = math.floor, math.max
   return {
     load = function(key, spec)
-      local b, c, p = read_state(key, '<ddd')
-      return {b = b, c = c or 0, p = p or 0, dirty = false, spec = spec}
+      local v = redis.call('GET', key)
+      local b, c, p, o
+      -- (a state of three numbers is from before o: started afresh)
+      if v and #v == 32 then b, c, p, o = struct.unpack('<dddd', v) end
+      return {b = b, c = c or 0, p = p or 0, o = o, dirty = false, spec = spec}
     end,
     take = function(st, spec, cost, count, commit)
       local limit, window = spec[2], spec[3]
-      local t = mfloor(now)
+      local origin = st.o or mfloor(now)
+      local t = mfloor(now) - origin
       local idx = mfloor(t / window)
       local elapsed = t - idx * window
       local curr, prev = 0, 0
@@ -33,12 +39,12 @@ ALGOS[SW] = function(now, ceil, floor, whole, read_state)
       local k = 1
       while k < count and weighted + (curr + k * cost) + cost <= limit + 1e-9 do k = k + 1 end
       if commit then
-        st.b, st.c, st.p, st.dirty = idx, curr + k * cost, prev, true
+        st.b, st.c, st.p, st.o, st.dirty = idx, curr + k * cost, prev, origin, true
       end
       return k, 1, mmax(0, floor(limit - estimate - cost)), window - elapsed, 0, -cost, 0
     end,
     save = function(key, st, spec)
-      redis.call('SET', key, struct.pack('<ddd', st.b, st.c, st.p), 'PX', (st.b + 2) * spec[3] - mfloor(now))
+      redis.call('SET', key, struct.pack('<dddd', st.b, st.c, st.p, st.o), 'PX', st.o + (st.b + 2) * spec[3] - mfloor(now))
     end,
   }
 end

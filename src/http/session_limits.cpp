@@ -85,9 +85,15 @@ session::limits_step session::end_limits(const config::route_config& route, erro
     return decide_in_memory(route);  // local: this instance enforces the same limits alone
   }
   leases_in_redis_ = true;
+  // A denial is repeated locally until shortly before it ends: early by the store's
+  // round trip (and 1 ms of rounding), so that the next request reaches the store as
+  // the limit admits again, not a round trip late; a denial shorter than that is not
+  // cached at all. Otherwise every emission interval of a fast limit would lose a round
+  // trip, and a 1000/s limit would admit far less than it promises.
+  const std::int64_t early = ctx_.batcher->round_trip_ms() + 1;
   for (std::size_t i = 0; i < checks_.size(); ++i)
-    if (!decisions_[i].allowed && config::denials_hold(*checks_[i].cfg))
-      ctx_.denies->remember(checks_[i].key, limits_now_ + decisions_[i].retry_ms);
+    if (!decisions_[i].allowed && config::denials_hold(*checks_[i].cfg) && decisions_[i].retry_ms > early + 1)
+      ctx_.denies->remember(checks_[i].key, limits_now_ + decisions_[i].retry_ms - early);
   return decide(route);
 }
 

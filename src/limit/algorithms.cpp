@@ -60,11 +60,16 @@ decision sliding_log(const config::limit_config& c, key_state& s, std::int64_t n
 
 decision sliding_window(const config::limit_config& c, key_state& s, std::int64_t now, std::uint64_t cost, bool commit) {
   const auto w = c.window.count();
-  const auto idx = now / w;
-  const auto elapsed = now % w;
+  // Buckets start at the key's first request, not at the clock's: aligned to the clock,
+  // a flood from idle met an empty previous bucket and got a whole limit at once in what
+  // was left of the current one, then the next bucket's limit (up to 1.16x over 5 s).
+  const bool live = s.expires_at > now && s.bucket >= 0;
+  const std::int64_t origin = live ? s.origin : now;
+  const auto idx = (now - origin) / w;
+  const auto elapsed = (now - origin) % w;
   std::int64_t curr = 0, prev = 0;
-  if (s.bucket == idx) curr = s.count, prev = s.previous;
-  else if (s.bucket == idx - 1) prev = s.count;
+  if (live && s.bucket == idx) curr = s.count, prev = s.previous;
+  else if (live && s.bucket == idx - 1) prev = s.count;
   double weight = static_cast<double>(w - elapsed) / static_cast<double>(w);
   double estimate = static_cast<double>(prev) * weight + static_cast<double>(curr);
   decision d;
@@ -89,32 +94,45 @@ decision sliding_window(const config::limit_config& c, key_state& s, std::int64_
     s.bucket = idx;
     s.count = curr + static_cast<std::int64_t>(cost);
     s.previous = prev;
-    s.expires_at = (idx + 2) * w;
+    s.origin = origin;
+    s.expires_at = origin + (idx + 2) * w;
   }
   return d;
 }
 
+// Rate-based limits count time in emission intervals (slots of T = 1/rate): a request
+// is judged at the start of its slot, so one that arrives late within its slot (behind
+// a store round trip, a scheduler tick) still gets the token or the turn that came due
+// at the slot's start, and a flood is admitted exactly rate x time, not less by every
+// request's lateness. Two admissions can then be closer than T at a slot boundary,
+// never more than one per slot beyond the burst. Retry and reset times are from now.
+// How far `now` is into its emission interval (fmod is exact).
+double lag_in_slot(double now, double t) { return std::fmod(now, t); }
+
 decision token_bucket(const config::limit_config& c, key_state& s, std::int64_t now, std::uint64_t cost, bool commit) {
-  const double rate = static_cast<double>(c.rate_.count) / static_cast<double>(c.rate_.per.count());  // per ms
   const double burst = static_cast<double>(c.burst);
+  const double t = static_cast<double>(c.rate_.per.count()) / static_cast<double>(c.rate_.count);  // ms per token
+  const double lag = lag_in_slot(static_cast<double>(now), t);
+  const double q = static_cast<double>(now) - lag;
   double tokens = burst;
-  if (s.expires_at > now) tokens = std::min(burst, s.tokens + (static_cast<double>(now) - s.stamp) * rate);
+  // The last refill was at an interval's start too: the intervals between are whole.
+  if (s.expires_at > now) tokens = std::min(burst, s.tokens + std::floor((q - s.stamp) / t + 0.5));
   decision d;
   d.limit = c.burst;
   const double need = static_cast<double>(cost);
   if (tokens + 1e-9 < need) {
     d.allowed = false;
     d.remaining = static_cast<std::uint64_t>(std::floor(tokens + 1e-9));
-    d.retry_ms = std::max<std::int64_t>(1, ceil_ms((need - tokens) / rate));
-    d.reset_ms = ceil_ms((burst - tokens) / rate);
+    d.retry_ms = std::max<std::int64_t>(1, ceil_ms((need - tokens) * t - lag));
+    d.reset_ms = std::max<std::int64_t>(0, ceil_ms((burst - tokens) * t - lag));
     return d;
   }
   tokens -= need;
   d.remaining = static_cast<std::uint64_t>(std::floor(tokens + 1e-9));
-  d.reset_ms = ceil_ms((burst - tokens) / rate);
+  d.reset_ms = std::max<std::int64_t>(0, ceil_ms((burst - tokens) * t - lag));
   if (commit) {
     s.tokens = tokens;
-    s.stamp = static_cast<double>(now);
+    s.stamp = q;
     s.expires_at = now + d.reset_ms + 1;
   }
   return d;
@@ -123,25 +141,27 @@ decision token_bucket(const config::limit_config& c, key_state& s, std::int64_t 
 decision gcra(const config::limit_config& c, key_state& s, std::int64_t now, std::uint64_t cost, bool commit) {
   const double t = static_cast<double>(c.rate_.per.count()) / static_cast<double>(c.rate_.count);  // ms per unit
   const double tolerance = t * static_cast<double>(c.burst);
-  // Times relative to now. Absolute ones are near 1.7e12 ms, where doubles are 0.25 us
-  // apart, and TAT + T + T ... would drift enough to refuse a request that fits.
-  double tat = s.expires_at > now ? std::max(static_cast<double>(s.count - now) + s.stamp, 0.0) : 0.0;
+  // Judged at the start of its slot (see token_bucket), `lag` after it.
+  const double lag = lag_in_slot(static_cast<double>(now), t);
+  // Times relative to the slot's start. Absolute ones are near 1.7e12 ms, where doubles
+  // are 0.25 us apart, and TAT + T + T ... would drift enough to refuse a request that fits.
+  double tat = s.expires_at > now ? std::max(static_cast<double>(s.count - now) + s.stamp + lag, 0.0) : 0.0;
   double new_tat = tat + t * static_cast<double>(cost);
   double allow_at = new_tat - tolerance;
   decision d;
   d.limit = c.burst;
   if (allow_at > 1e-9) {
     d.allowed = false;
-    d.retry_ms = std::max<std::int64_t>(1, ceil_ms(allow_at));
+    d.retry_ms = std::max<std::int64_t>(1, ceil_ms(allow_at - lag));
     d.remaining = static_cast<std::uint64_t>(std::max(0.0, std::floor((tolerance - tat) / t + 1e-9)));
-    d.reset_ms = ceil_ms(tat);
+    d.reset_ms = std::max<std::int64_t>(0, ceil_ms(tat - lag));
     return d;
   }
   d.remaining = static_cast<std::uint64_t>(std::max(0.0, std::floor((tolerance - new_tat) / t + 1e-9)));
-  d.reset_ms = ceil_ms(new_tat);
+  d.reset_ms = std::max<std::int64_t>(0, ceil_ms(new_tat - lag));
   if (commit) {
     s.count = now;
-    s.stamp = new_tat;
+    s.stamp = new_tat - lag;
     s.expires_at = now + d.reset_ms + 1;
   }
   return d;

@@ -16,6 +16,7 @@ struct key_state {
                                     // gcra: the time its TAT is kept relative to
   std::int64_t previous = 0;        // sliding_window: previous bucket
   std::int64_t bucket = -1;         // sliding_window: index of the current bucket
+  std::int64_t origin = 0;          // sliding_window: where bucket 0 starts (the key's first request)
   double tokens = 0;                // token_bucket
   double stamp = 0;                 // token_bucket: last refill time; gcra: theoretical arrival
                                     // time (TAT), less `count`

@@ -1,5 +1,7 @@
 #include "limit/redis_store.hpp"
 
+#include <chrono>
+
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/post.hpp>
@@ -217,7 +219,12 @@ void redis_batcher::flush() {
   auto b = std::shared_ptr<batch>(std::move(current_));
   auto [argc, args] = b->call.finish();
   ++flow_->in_flight;
-  conn_->eval(argc, std::move(args), [b, ex = ex_, flow = flow_](boost::system::error_code ec, const redisReply* r) {
+  const auto sent = std::chrono::steady_clock::now();
+  conn_->eval(argc, std::move(args), [b, ex = ex_, flow = flow_, sent](boost::system::error_code ec, const redisReply* r) {
+    if (!ec) {
+      auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - sent).count();
+      flow->rtt_us += (us - flow->rtt_us) / 8;
+    }
     if (!ec && !b->call.read(r)) ec = redis::make_error_code(redis::errc::protocol);
     for (auto& w : b->waiters) {
       w.ec = ec;

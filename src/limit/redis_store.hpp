@@ -78,6 +78,8 @@ class redis_batcher {
   boost::asio::awaitable<std::tuple<boost::system::error_code>> evaluate(std::span<const check> checks,
                                                                          std::string_view nonce,
                                                                          std::span<decision> out);
+  // The recent round trip of a call (send to answer), in whole ms rounded up.
+  std::int64_t round_trip_ms() const { return (flow_->rtt_us + 999) / 1000; }
 
  private:
   struct batch;
@@ -85,6 +87,7 @@ class redis_batcher {
   struct flow {
     redis_batcher* owner = nullptr;
     unsigned in_flight = 0;
+    std::int64_t rtt_us = 0;  // moving average of the calls' round trips
   };
   static constexpr unsigned max_in_flight = 1;
   void flush();

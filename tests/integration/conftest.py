@@ -77,7 +77,7 @@ DEFAULT_HTTP = {"header_timeout": "2s", "idle_timeout": "5s"}
 class Gateway:
     def __init__(self, tmp_path, upstream_address, http=None, extra="", routes=None, workers=1,
                  upstream_opts=None, access_log="off", log_format="text", trusted="10.0.0.0/8", store="memory",
-                 redis=None, prefix=None, env=None, redis_extra="", binary=BIN):
+                 redis=None, prefix=None, env=None, redis_extra="", binary=BIN, client_ip_extra=""):
         h = dict(DEFAULT_HTTP)
         h.update(http or {})
         http_yaml = "\n".join(f"  {k}: {v}" for k, v in h.items())
@@ -104,7 +104,7 @@ redis:
   key_prefix: "{prefix or 'fgtest:'}"
 {redis_extra}client_ip:
   trusted_proxies: ["{trusted}"]
-http:
+{client_ip_extra}http:
 {http_yaml}
 upstreams:
   api:

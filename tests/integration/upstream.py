@@ -12,6 +12,9 @@ Endpoints (any method):
   /ws               WebSocket handshake, then echoes every frame back
   /status?code=N    answers status N
   /close-after?ms=N answers, then closes the idle connection after N ms
+  /upgrade-any      with an Upgrade header: 101 with that Upgrade value (as Tomcat does
+                    for h2c), then a raw tunnel echoing every byte back; without: as /echo
+  /force-101        always 101 with Upgrade: h2c, then a raw tunnel echoing every byte back
 Control, on a second port so it is never counted: GET /__stats -> {"connections",
 "requests", "bytes"}; GET /__reset.
 Prints "PORT <main> <control>" on stdout once listening.
@@ -110,6 +113,23 @@ def ws_echo(conn):
             return
 
 
+def raw_echo(conn):
+    if conn.buf:
+        conn.sock.sendall(conn.buf)
+        conn.buf = b""
+    while True:
+        data = conn.sock.recv(65536)
+        if not data:
+            return
+        conn.sock.sendall(data)
+
+
+def switch_protocols(conn, upgrade):
+    conn.sock.sendall(f"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: {upgrade}\r\n\r\n"
+                      .encode("latin-1"))
+    raw_echo(conn)
+
+
 def handle(conn):
     while True:
         line = conn.read_line()
@@ -180,6 +200,12 @@ def handle(conn):
             conn.sock.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                               b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n")
             ws_echo(conn)
+            return
+        elif path == "/upgrade-any" and "upgrade" in headers:
+            switch_protocols(conn, headers["upgrade"])
+            return
+        elif path == "/force-101":
+            switch_protocols(conn, "h2c")
             return
         elif path == "/close-after":
             # a keep-alive answer, then the connection is closed while idle (a stale pooled connection)

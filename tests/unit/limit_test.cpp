@@ -306,10 +306,11 @@ TEST_CASE("sliding_log with cost > 1", "[limit]") {
 TEST_CASE("sliding_window weighs the previous bucket by the time left in it", "[limit]") {
   auto c = windowed(cfg::algorithm::sliding_window, 10, 1000);
   key_state filled;
-  auto d = eval(c, filled, 100);
+  // The key's first request (at 0) starts its first bucket.
+  auto d = eval(c, filled, 0);
   CHECK(d.allowed);
   CHECK(d.remaining == 9);
-  CHECK(d.reset_ms == 900);
+  CHECK(d.reset_ms == 1000);
   CHECK(admit_all(c, filled, 100) == 9);
   d = eval(c, filled, 100);
   CHECK_FALSE(d.allowed);
@@ -349,6 +350,27 @@ TEST_CASE("sliding_window weighs the previous bucket by the time left in it", "[
     key_state t = filled;
     CHECK(admit_all(c, t, 5300) == 10);
   }
+}
+
+TEST_CASE("sliding_window: buckets start at the key's first request, so a flood from idle gets the limit", "[limit]") {
+  auto c = windowed(cfg::algorithm::sliding_window, 100, 1000);
+  // From idle at any phase of the clock, a request every ms for 5 s admits 5 windows'
+  // worth (an exact limiter admits 500), not a whole extra limit in the first bucket.
+  for (std::int64_t start : {0, 1, 500, 900, 999, 123457}) {
+    key_state s;
+    int admitted = 0;
+    for (std::int64_t t = start; t < start + 5000; ++t) admitted += eval(c, s, t).allowed ? 1 : 0;
+    INFO("start " << start);
+    CHECK(admitted >= 495);
+    CHECK(admitted <= 505);
+    CHECK(s.origin == start);
+  }
+  // Once the key expires, the next request starts new buckets.
+  key_state s;
+  eval(c, s, 10);
+  CHECK(s.expires_at == 2010);
+  eval(c, s, 2500);
+  CHECK(s.origin == 2500);
 }
 
 // ---------------------------------------------------------------- token_bucket
@@ -464,6 +486,25 @@ TEST_CASE("gcra admits a burst, then one per emission interval", "[limit]") {
   CHECK(admit_all(c, idle, 60000) == 3);
 }
 
+TEST_CASE("rate-based limits judge a request at the start of its emission interval", "[limit]") {
+  // 10/s burst 1 (T = 100 ms): admissions late within their slot lose nothing, so a
+  // flood gets exactly one per slot; never two in one slot.
+  for (auto algo : {cfg::algorithm::gcra, cfg::algorithm::token_bucket}) {
+    auto c = rated(algo, 10, 1000, 1);
+    key_state s;
+    int admitted = 0;
+    // A request every 30 ms from t = 50: each slot's first one arrives up to 29 ms late.
+    for (std::int64_t t = 50; t < 10050; t += 30) admitted += eval(c, s, t, 1).allowed ? 1 : 0;
+    CHECK(admitted == 101);  // one in each of slots 0..100 (t = 50 in slot 0, t = 10040 in slot 100)
+    key_state s2;
+    CHECK(eval(c, s2, 190, 1).allowed);
+    auto d = eval(c, s2, 199, 1);
+    CHECK_FALSE(d.allowed);
+    CHECK(d.retry_ms == 1);  // slot 2 starts at 200
+    CHECK(eval(c, s2, 200, 1).allowed);
+  }
+}
+
 TEST_CASE("gcra retry rounds up; cost > 1", "[limit]") {
   auto c = rated(cfg::algorithm::gcra, 3, 1000, 1);  // T = 333.3 ms
   key_state s;
@@ -499,8 +540,10 @@ TEST_CASE("gcra: a burst that fits exactly is admitted whole at today's clock, w
   auto d = eval(c, s, now, 2);
   CHECK_FALSE(d.allowed);
   CHECK(d.remaining == 0);
-  CHECK(d.retry_ms == 667);  // two emission intervals
-  CHECK(d.reset_ms == 10000);
+  // Two emission intervals and the whole burst, counted from the start of now's slot
+  // (time is counted in emission intervals), which began 123.x ms before now.
+  CHECK(d.retry_ms == 667 - 123);
+  CHECK(d.reset_ms == 10000 - 123);
 }
 
 // ---------------------------------------------------------------- concurrency
