@@ -694,7 +694,12 @@ asio::awaitable<session::outcome> session::forward() {
   log_request(status);
 
   if (tunnel) {
-    auto stats = co_await run_tunnel(*entry_, socket_, buffer_, up->socket, up->buffer, cfg.http.idle_timeout);
+    // Concurrency leases are held for the tunnel's life, renewed well before they expire.
+    std::function<void()> renew;
+    auto every = lease_renewal_interval();
+    if (every.count() > 0) renew = [this] { renew_leases(); };
+    auto stats = co_await run_tunnel(*entry_, socket_, buffer_, up->socket, up->buffer, cfg.http.idle_timeout,
+                                     std::move(renew), every);
     bytes_in_ += stats.down_to_up;
     bytes_out_ += stats.up_to_down;
     co_return outcome::closed;

@@ -110,6 +110,9 @@ class session {
   limits_step decide_in_memory(const config::route_config& route);
   limits_step decide(const config::route_config& route);
   void release_leases();
+  // While a tunnel lasts: its leases' lifetimes start again (0 ms: none held).
+  std::chrono::milliseconds lease_renewal_interval() const;
+  void renew_leases();
   asio::awaitable<outcome> send_limited(const config::route_config& route, std::string_view headers);
   asio::awaitable<outcome> send_store_unavailable();
   void log_store_error(const config::route_config& route, const std::string& why);

@@ -147,6 +147,37 @@ void session::release_leases() {
   }
 }
 
+std::chrono::milliseconds session::lease_renewal_interval() const {
+  std::chrono::milliseconds every{0};
+  if (!leases_held_) return every;
+  for (std::size_t i = 0; i < checks_.size(); ++i) {
+    if (checks_[i].cfg->algo != config::algorithm::concurrency || !decisions_[i].allowed) continue;
+    auto third = std::max<std::chrono::milliseconds>(checks_[i].cfg->window / 3, std::chrono::milliseconds(100));
+    if (every.count() == 0 || third < every) every = third;
+  }
+  return every;
+}
+
+void session::renew_leases() {
+  // A lease that is already gone (the store lost it) is not taken again: that could
+  // go past the limit.
+  static const std::string renew_script =
+      "local t = redis.call('TIME') local now = t[1] * 1000 + t[2] / 1000 "
+      "if redis.call('ZADD', KEYS[1], 'XX', 'CH', now + ARGV[2], ARGV[1]) == 1 then "
+      "redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0";
+  const auto now = limit::memory_store::now_ms();
+  for (std::size_t i = 0; i < checks_.size(); ++i) {
+    const auto& l = *checks_[i].cfg;
+    if (l.algo != config::algorithm::concurrency || !decisions_[i].allowed) continue;
+    if (leases_in_redis_ && ctx_.redis)
+      ctx_.redis->send({"EVAL", renew_script, "1", checks_[i].key, limit::lease_member(nonce_, i),
+                        std::to_string(l.window.count())},
+                       {});
+    else
+      ctx_.memory->renew(checks_[i].key, lease_, now, l.window.count());
+  }
+}
+
 void session::log_store_error(const config::route_config& route, const std::string& why) {
   // One line per cause per few seconds per worker, with a count, never one per request.
   thread_local obs::error_log_limiter limiter;

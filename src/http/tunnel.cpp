@@ -1,6 +1,8 @@
 #include "http/tunnel.hpp"
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -61,13 +63,30 @@ asio::awaitable<void> pump(app::session_entry& session, tcp::socket& from, beast
 
 }  // namespace
 
+asio::awaitable<void> renew_loop(std::function<void()> renew, std::chrono::milliseconds every) {
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  for (;;) {
+    timer.expires_after(every);
+    auto [ec] = co_await timer.async_wait(use_tuple);
+    if (ec) co_return;
+    renew();
+  }
+}
+
 asio::awaitable<tunnel_stats> run_tunnel(app::session_entry& session, tcp::socket& down, beast::flat_buffer& down_buf,
-                                         tcp::socket& up, beast::flat_buffer& up_buf, std::chrono::milliseconds idle) {
+                                         tcp::socket& up, beast::flat_buffer& up_buf, std::chrono::milliseconds idle,
+                                         std::function<void()> renew, std::chrono::milliseconds renew_every) {
   using namespace asio::experimental::awaitable_operators;
   tunnel_stats stats;
   auto a = pump(session, down, down_buf, up, idle, stats.down_to_up);
   auto b = pump(session, up, up_buf, down, idle, stats.up_to_down);
-  co_await (std::move(a) && std::move(b));
+  if (renew && renew_every.count() > 0) {
+    // Ends when both directions have (the renewing is cancelled then).
+    auto r = renew_loop(std::move(renew), renew_every);
+    co_await ((std::move(a) && std::move(b)) || std::move(r));
+  } else {
+    co_await (std::move(a) && std::move(b));
+  }
   co_return stats;
 }
 

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 
 #include "app/context.hpp"
 
@@ -17,9 +18,12 @@ struct tunnel_stats {
 
 // Copies bytes both ways until both sides have closed (half-close is passed on) or
 // neither side has moved a byte for `idle` (the session's deadline). Bytes already
-// buffered on either side go first.
+// buffered on either side go first. With `renew`, it is called every `renew_every`
+// while the tunnel lasts (a concurrency lease outliving its lifetime).
 boost::asio::awaitable<tunnel_stats> run_tunnel(app::session_entry& session, boost::asio::ip::tcp::socket& down,
                                                 boost::beast::flat_buffer& down_buf, boost::asio::ip::tcp::socket& up,
-                                                boost::beast::flat_buffer& up_buf, std::chrono::milliseconds idle);
+                                                boost::beast::flat_buffer& up_buf, std::chrono::milliseconds idle,
+                                                std::function<void()> renew = {},
+                                                std::chrono::milliseconds renew_every = {});
 
 }  // namespace fg::http

@@ -104,6 +104,19 @@ void memory_store::release(const std::string& key, std::uint64_t lease) {
   if (it != sh.map.end()) release_lease(it->second->state, lease);
 }
 
+void memory_store::renew(const std::string& key, std::uint64_t lease, std::int64_t now, std::int64_t lifetime_ms) {
+  auto& sh = shards_[shard_of(key)];
+  std::lock_guard lock(sh.mu);
+  auto it = sh.map.find(std::string_view(key));
+  if (it == sh.map.end()) return;
+  auto& st = it->second->state;
+  for (auto& [id, expiry] : st.leases)
+    if (id == lease && expiry > now) {
+      expiry = now + lifetime_ms;
+      st.expires_at = std::max(st.expires_at, expiry);
+    }
+}
+
 std::size_t memory_store::size() const {
   std::size_t n = 0;
   for (const auto& s : shards_) {

@@ -31,6 +31,8 @@ class memory_store {
   // `now` in milliseconds (monotonic). Thread-safe.
   result evaluate(std::span<const check> checks, std::span<decision> out, std::int64_t now, std::uint64_t lease);
   void release(const std::string& key, std::uint64_t lease);
+  // A held concurrency lease lives `lifetime_ms` from `now` again (a long tunnel).
+  void renew(const std::string& key, std::uint64_t lease, std::int64_t now, std::int64_t lifetime_ms);
 
   std::size_t size() const;
   // Keys evicted before they expired, since the start.

@@ -181,6 +181,25 @@ def test_concurrency_lease_is_held_for_the_tunnel_lifetime(gateway_factory):
         time.sleep(0.05)
 
 
+@pytest.mark.parametrize("store", ["memory", "redis"])
+def test_concurrency_lease_outlives_its_lifetime_while_the_tunnel_lasts(gateway_factory, redis_server, store):
+    # A lease lives 1 s unless renewed: a tunnel open for 2.5 s must still hold it, or
+    # long-lived tunnels would slip past a concurrency limit one lifetime after opening.
+    g = gateway_factory(store=store, redis=redis_server.address,
+                        routes=one_route(per_ip(1, window="1s", algorithm="concurrency", name="inflight")))
+    a, ard, r = ws_open(g)
+    assert r.status == 101
+    end = time.monotonic() + 2.5
+    while time.monotonic() < end:
+        a.sendall(ws_frame(b"ping"))
+        assert read_frame(ard) == (1, b"ping")
+        time.sleep(0.25)
+    b, _, r = ws_open(g)
+    with b:
+        assert r.status == 429, r.status
+    ws_close(a, ard)
+
+
 # 2. Nothing is forwarded that an upstream could frame or read differently.
 
 UNDERSCORED = [
