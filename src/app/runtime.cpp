@@ -19,9 +19,17 @@ std::shared_ptr<const runtime> runtime::build(config::snapshot cfg) {
   for (std::string_view extra : {"X-Forwarded-For", "Forwarded"})
     if (std::none_of(ci.headers.begin(), ci.headers.end(), [&](const auto& h) { return util::iequals(h, extra); }))
       rt->identity_fields.emplace_back(extra);
+  rt->untrusted_drop = rt->identity_fields;
+  for (const char* h : {"X-Forwarded-Port", "X-Forwarded-Prefix", "X-Forwarded-Ssl", "X-Forwarded-Scheme",
+                        "X-Forwarded-Server", "X-Forwarded-By", "X-Original-Forwarded-For", "X-Client-IP",
+                        "True-Client-IP", "CF-Connecting-IP", "Fastly-Client-IP", "X-Cluster-Client-IP"})
+    if (std::none_of(rt->untrusted_drop.begin(), rt->untrusted_drop.end(),
+                     [&](const auto& x) { return util::iequals_folded(x, h); }))
+      rt->untrusted_drop.emplace_back(h);
   rt->interpreted = {"Host", "Content-Length", "Transfer-Encoding", "Connection", "Upgrade", "TE", "Trailer",
                      "Keep-Alive", "Proxy-Connection", "Expect", "X-Forwarded-Proto", "X-Forwarded-Host",
-                     "X-Forwarded-Port", "X-Forwarded-Prefix", "X-Request-Id", "Cookie", "HTTP2-Settings"};
+                     "X-Forwarded-Port", "X-Forwarded-Prefix", "X-Forwarded-Ssl", "X-Request-Id", "Cookie",
+                     "HTTP2-Settings"};
   for (const auto& h : rt->identity_fields) rt->interpreted.push_back(h);
   if (!ci.forward.empty()) rt->interpreted.push_back(ci.forward);
   for (const auto& r : cfg->routes)

@@ -18,6 +18,10 @@ struct runtime {
   // Header fields read for the client's identity from a trusted proxy: the configured
   // ones, and X-Forwarded-For and Forwarded (whose chains are rebuilt for the upstream).
   std::vector<std::string> identity_fields;
+  // Not forwarded from a peer that is no trusted proxy: the identity fields, and the
+  // other forwarding claims that frameworks behind the gateway believe (Spring's
+  // ForwardedHeaderFilter, Tomcat's RemoteIpValve) or that name a client.
+  std::vector<std::string> untrusted_drop;
   // Names the gateway reads or sets: a request field that names one of them with '_'
   // for '-' ("Content_Length", "X_Forwarded_For") is refused, since backends that fold
   // '_' into '-' would read it as that header (nginx's underscores_in_headers off).

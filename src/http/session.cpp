@@ -481,7 +481,8 @@ asio::awaitable<session::outcome> session::forward() {
   }
   fc.client_header = cfg.client_ip.forward;
   fc.client_ip = peer_trusted_ && who_.from_header ? std::string_view(client_ip_text_) : std::string_view(peer_str_);
-  if (!peer_trusted_ || !full_chain) fc.drop = rt_->identity_fields;
+  if (!peer_trusted_) fc.drop = rt_->untrusted_drop;
+  else if (!full_chain) fc.drop = rt_->identity_fields;
   build_upstream_request(req.base(), fc, head_out_);
 
   // The first piece of the body is read before upstream is contacted: a malformed
@@ -613,6 +614,18 @@ asio::awaitable<session::outcome> session::forward() {
   }
   auto& res = rp->get();
   unsigned status = res.result_int();
+  // An upstream's chunked framing is followed as it arrives too: malformed, it is a
+  // 502 (or a cut connection) at once, not a wait for the response timeout.
+  chunk_vetter* up_vet = nullptr;
+  if (rp->chunked() && req.method() != bhttp::verb::head && status != 204 && status != 304 && status != 101) {
+    vetter_.reset();
+    up_vet = &vetter_;
+    std::string_view buffered(static_cast<const char*>(up->buffer.data().data()), up->buffer.size());
+    if (vetter_.feed(buffered) == chunk_vetter::state::bad) {
+      spdlog::warn("upstream {}: bad chunked response: {}", up_cfg.name, vetter_.error());
+      co_return co_await send_local(502, false);
+    }
+  }
 
   response_context rc;
   rc.client_version = req.version();
@@ -660,7 +673,7 @@ asio::awaitable<session::outcome> session::forward() {
     error_code ec;
     piece = 0;
     if (auto r = feed(up->buffer, *rp, body_chunk, piece, false)) ec = *r;
-    else ec = co_await read_into(*entry_, up->socket, up->buffer, *rp, up_cfg.response_timeout, piece, false);
+    else ec = co_await read_into(*entry_, up->socket, up->buffer, *rp, up_cfg.response_timeout, piece, false, up_vet);
     if (ec) {
       // Mid-response failure: close without completing the framing, so the client
       // can tell the response is truncated.

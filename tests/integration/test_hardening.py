@@ -523,3 +523,28 @@ def test_long_header_keys_still_count(gateway_factory):
     assert statuses == [200] * 5 + [429]
     # keys over 200 bytes are hashed whole: one differing in its last byte is another client
     assert g.request(get("/echo", extra=f"X-Api-Key: {key[:-1]}b\r\n")).status == 200
+
+
+def test_malformed_chunked_response_is_502_at_once(shared):
+    # The upstream's chunk lines end in a bare LF and it then goes silent: a 502 as soon
+    # as the framing is seen, not a 504 after the response timeout (2 s here).
+    g, _ = shared
+    with g.connect(timeout=5) as s:
+        t0 = time.monotonic()
+        s.sendall(b"GET /bad-chunked HTTP/1.1\r\nHost: x\r\n\r\n")
+        r = read_response(s)
+        assert r.status == 502
+        assert time.monotonic() - t0 < 1.0
+
+
+def test_untrusted_forwarding_claims_never_reach_the_upstream(shared):
+    # Spring's ForwardedHeaderFilter and Tomcat's RemoteIpValve believe these; from a
+    # client that is no trusted proxy they are forgeries.
+    g, _ = shared
+    forged = ["X-Forwarded-Port: 443", "X-Forwarded-Prefix: /evil", "X-Forwarded-Ssl: on", "X-Forwarded-By: 6.6.6.6",
+              "True-Client-IP: 6.6.6.6", "X-Client-IP: 6.6.6.6", "CF-Connecting-IP: 6.6.6.6"]
+    r = g.request(get("/echo", extra="".join(h + "\r\n" for h in forged)))
+    assert r.status == 200
+    names = {k.lower() for k, _ in r.json()["headers"]}
+    for h in forged:
+        assert h.split(":")[0].lower() not in names, h

@@ -191,6 +191,11 @@ def handle(conn):
         elif path == "/close-mid":
             conn.sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" + b"x" * 100)
             return
+        elif path == "/bad-chunked":
+            # chunk lines ending in a bare LF, then silence (the connection stays open)
+            conn.sock.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\nhello\n0\n\n")
+            time.sleep(5)
+            return
         elif path == "/close-delimited":
             conn.sock.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + b"y" * 5000)
             return
