@@ -60,7 +60,7 @@ int server::run() {
 
   unsigned n = cfg.workers ? cfg.workers : std::max(1u, std::thread::hardware_concurrency());
   auto access = obs::access_log::open(cfg.log);
-  limit::memory_store memory;
+  limit::memory_store memory(cfg.memory.max_keys);
   connection_limit connections;
   connections.max = max_connections(cfg, n);
   std::vector<std::unique_ptr<worker>> workers;

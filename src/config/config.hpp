@@ -43,6 +43,10 @@ struct redis_config {
   std::string key_prefix = "floodgate:";
 };
 
+struct memory_config {
+  std::size_t max_keys = 1'000'000;  // the memory store's cap (least recently used evicted past it)
+};
+
 struct client_ip_config {
   std::vector<std::string> trusted_proxies;  // CIDRs, validated by the loader
   std::vector<std::string> headers{"X-Forwarded-For", "Forwarded", "X-Real-IP",
@@ -147,6 +151,7 @@ struct config {
   admin_config admin;
   log_config log;
   store_kind store = store_kind::memory;
+  memory_config memory;
   redis_config redis;
   client_ip_config client_ip;
   http_config http;

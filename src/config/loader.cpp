@@ -1,5 +1,7 @@
 #include "config/loader.hpp"
 
+#include "util/text.hpp"
+
 #include <algorithm>
 #include <fstream>
 #include <set>
@@ -44,6 +46,10 @@ class loader {
     if (auto n = top.get("log"); present(n)) log(n, c.log);
     if (auto n = top.get("store"); present(n)) {
       if (auto s = r_.one_of(n, {"memory", "redis"})) c.store = *s == "redis" ? store_kind::redis : store_kind::memory;
+    }
+    if (auto n = top.get("memory"); present(n)) {
+      yaml_reader::object o(r_, n, "memory");
+      if (auto m = o.get("max_keys"); present(m)) set(c.memory.max_keys, r_.unsigned_int(m, 64, 100'000'000));
     }
     if (auto n = top.get("redis"); present(n)) redis(n, c.redis);
     if (auto n = top.get("client_ip"); present(n)) client_ip(n, c.client_ip);
@@ -130,7 +136,14 @@ class loader {
     if (auto n = o.get("ipv6_prefix"); present(n)) set(ci.ipv6_prefix, r_.unsigned_int(n, 1, 128));
     if (auto n = o.get("forward"); present(n)) {
       auto s = r_.string(n);
+      static constexpr std::string_view reserved[] = {
+          "Host", "Content-Length", "Transfer-Encoding", "Connection", "Upgrade", "TE", "Trailer", "Expect",
+          "Keep-Alive", "Proxy-Connection", "Forwarded", "X-Forwarded-Proto", "X-Forwarded-Host", "X-Request-Id",
+          "Cookie", "Authorization"};
       if (s && !s->empty() && !is_token(*s)) r_.error(n, "invalid header name '" + *s + "'");
+      else if (s && std::any_of(std::begin(reserved), std::end(reserved),
+                                [&](std::string_view h) { return util::iequals_folded(*s, h); }))
+        r_.error(n, "client_ip.forward cannot be '" + *s + "': the gateway reads or sets that header itself");
       else if (s) ci.forward = *s;
     }
     if (auto n = o.get("forward_chain"); present(n)) {
