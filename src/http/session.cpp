@@ -775,7 +775,9 @@ boost::asio::awaitable<void> serve(app::worker_context& ctx, tcp::socket socket,
   std::chrono::steady_clock::time_point deadline;
   {
     detail::session s(ctx, std::move(socket), resumed);
-    if (co_await s.run()) {
+    // (GCC 12: no co_await inside a condition.)
+    const bool to_park = co_await s.run();
+    if (to_park) {
       deadline = s.idle_deadline();
       idle.emplace(s.release_socket());
     }
