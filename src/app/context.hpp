@@ -76,7 +76,7 @@ struct worker_context {
   std::list<session_entry> sessions;
   connection_limit* connections = nullptr;  // shared by all workers
   // Body buffers, lent to a session while it relays a body (see http::detail::body_chunk).
-  util::block_pool bodies{32 * 1024, 64};
+  util::block_pool bodies{32 * 1024, 16};
   bool draining = false;
   unsigned id = 0;
 };

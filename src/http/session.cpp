@@ -704,7 +704,7 @@ asio::awaitable<session::outcome> session::forward() {
     auto [dec, dn] = co_await write_down(bufs);
     if (timed(*entry_, dec)) co_return outcome::closed;
   }
-  log_request(status);
+  if (!tunnel) log_request(status);
 
   if (tunnel) {
     // Concurrency leases are held for the tunnel's life, renewed well before they expire.
@@ -715,6 +715,8 @@ asio::awaitable<session::outcome> session::forward() {
                                      std::move(renew), every);
     bytes_in_ += stats.down_to_up;
     bytes_out_ += stats.up_to_down;
+    // One line when the tunnel ends, with the bytes it carried.
+    log_request(status);
     co_return outcome::closed;
   }
   entry_->upstream = nullptr;

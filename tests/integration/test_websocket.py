@@ -48,3 +48,25 @@ def test_websocket_echo_through_tunnel(gateway):
         s.sendall(ws_frame(b"", opcode=8))
         op, _ = read_frame(rd)
         assert op == 8
+
+
+def test_access_log_line_carries_the_tunnel_bytes(gateway_factory):
+    g = gateway_factory(access_log="file")
+    key = base64.b64encode(os.urandom(16)).decode()
+    with g.connect() as s:
+        s.sendall(f"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                  f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
+        rd = Reader(s)
+        assert read_response(s, reader=rd).status == 101
+        s.sendall(ws_frame(os.urandom(70000), opcode=2))
+        op, payload = read_frame(rd)
+        assert op == 2 and len(payload) == 70000
+        s.sendall(ws_frame(b"", opcode=8))
+        read_frame(rd)
+    g.stop()
+    line = next(x for x in g.access_log.read_text().splitlines() if '"GET /ws"' in x)
+    fields = line.split()
+    status_at = fields.index('/ws"') + 1
+    bytes_in, bytes_out = int(fields[status_at + 1]), int(fields[status_at + 2])
+    assert fields[status_at] == "101"
+    assert bytes_in > 70000 and bytes_out > 70000, line
