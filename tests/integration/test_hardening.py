@@ -565,7 +565,8 @@ def test_identity_flood_through_a_trusted_proxy_keeps_a_new_client_limited(gatew
     statuses = [g.request(get("/echo", extra="X-Forwarded-For: 198.51.100.77\r\n")).status for _ in range(7)]
     assert statuses == [200] * 5 + [429] * 2
     assert "memory store under key pressure" in g.log_text()
-    assert g.peak_rss_kib() - base < 64 * 1024
+    if not SANITIZED:  # the sanitizer's allocator keeps freed memory in quarantine
+        assert g.peak_rss_kib() - base < 64 * 1024
 
 
 @pytest.mark.skipif(SANITIZED, reason="the sanitizer's allocator keeps its own quarantine")
