@@ -9,8 +9,9 @@ ALGOS[SW] = function(now, ceil, floor, whole, read_state)
     load = function(key, spec)
       local v = redis.call('GET', key)
       local b, c, p, o
-      -- (a state of three numbers is from before o: started afresh)
-      if v and #v == 32 then b, c, p, o = struct.unpack('<dddd', v) end
+      if v and #v == 32 then b, c, p, o = struct.unpack('<dddd', v)
+      -- (three numbers: written before o, on buckets from the clock's 0, which o = 0 keeps)
+      elseif v and #v == 24 then b, c, p = struct.unpack('<ddd', v) o = 0 end
       return {b = b, c = c or 0, p = p or 0, o = o, dirty = false, spec = spec}
     end,
     take = function(st, spec, cost, count, commit)

@@ -1,10 +1,10 @@
 -- token_bucket: a = rate count, b = rate period ms, c = burst. State: tokens t and the
--- Redis time s of the last refill; refilled from Redis time, never above burst, a token
--- per emission interval T: a request is judged at the start of its interval, `lag` ms
--- before now, as the memory store does (see src/limit/algorithms.cpp), and s is always
--- such a start, so the intervals between two are counted whole.
+-- Redis time s of the last refill; refilled from Redis time, never above burst. A bucket
+-- full for less than min(T, 2 ms) (T = 1/rate) counts its refill from when it became
+-- full, as in the memory store (src/limit/algorithms.cpp): a request's lateness behind a
+-- round trip does not cost the limit a token.
 ALGOS[TB] = function(now, ceil, floor, whole, read_state)
-  local mmin, mmax, mfloor, mfmod = math.min, math.max, math.floor, math.fmod
+  local mmin, mmax = math.min, math.max
   return {
     load = function(key, spec)
       local t, s = read_state(key, '<dd')
@@ -12,14 +12,16 @@ ALGOS[TB] = function(now, ceil, floor, whole, read_state)
     end,
     take = function(st, spec, cost, count, commit)
       local burst = spec[4]
-      local t = spec[3] / spec[2]
-      local lag = mfmod(now, t)
-      local start = now - lag
-      local tokens = burst
-      if st.t then tokens = mmin(burst, st.t + mfloor((start - st.s) / t + 0.5)) end
+      local rate = spec[2] / spec[3]
+      local tokens, stamp = burst, now
+      if st.t then
+        local raw = st.t + (now - st.s) * rate
+        tokens = mmin(burst, raw)
+        local full_for = (raw - burst) / rate
+        if full_for > 0 and full_for < 1 / rate - 1e-9 and full_for <= 2 + 1e-9 then stamp = now - full_for end
+      end
       if tokens + 1e-9 < cost then
-        return count, 0, floor(tokens), mmax(0, ceil((burst - tokens) * t - lag)),
-          mmax(1, ceil((cost - tokens) * t - lag)), 0, 0
+        return count, 0, floor(tokens), ceil((burst - tokens) / rate), mmax(1, ceil((cost - tokens) / rate)), 0, 0
       end
       -- Admitted while tokens last; their resets are evenly spaced only if a cost's
       -- worth of tokens takes whole ms to come back, else one at a time.
@@ -28,13 +30,13 @@ ALGOS[TB] = function(now, ceil, floor, whole, read_state)
         while k < count and left + 1e-9 >= cost do k, left = k + 1, left - cost end
       end
       if commit then
-        st.t, st.s, st.dirty = left, start, true
+        st.t, st.s, st.dirty = left, stamp, true
       end
-      return k, 1, floor(tokens - cost), mmax(0, ceil((burst - tokens + cost) * t - lag)), 0, -cost, step or 0
+      return k, 1, floor(tokens - cost), ceil((burst - tokens + cost) / rate), 0, -cost, step or 0
     end,
     save = function(key, st, spec)
       local rate = spec[2] / spec[3]
-      redis.call('SET', key, struct.pack('<dd', st.t, st.s), 'PX', ceil((spec[4] - st.t) / rate) + 1)
+      redis.call('SET', key, struct.pack('<dd', st.t, st.s), 'PX', ceil((spec[4] - st.t) / rate) + 3)
     end,
   }
 end

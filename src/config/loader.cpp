@@ -49,7 +49,7 @@ class loader {
     }
     if (auto n = top.get("memory"); present(n)) {
       yaml_reader::object o(r_, n, "memory");
-      if (auto m = o.get("max_keys"); present(m)) set(c.memory.max_keys, r_.unsigned_int(m, 64, 100'000'000));
+      if (auto m = o.get("max_keys"); present(m)) set(c.memory.max_keys, r_.unsigned_int(m, 1024, 100'000'000));
     }
     if (auto n = top.get("redis"); present(n)) redis(n, c.redis);
     if (auto n = top.get("client_ip"); present(n)) client_ip(n, c.client_ip);

@@ -158,7 +158,7 @@ bool valid_host(std::string_view h) {
 void build_upstream_request(const bhttp::request_header<>& h, const forward_context& ctx, std::string& out) {
   out.append(h.method_string()).append(" ").append(ctx.target.empty() ? std::string_view(h.target()) : ctx.target).append(" HTTP/1.1\r\n");
   connection_tokens conn(h);
-  bool have_proto = false, have_fwd_host = false;
+  std::string_view fwd_proto, fwd_host;
   std::string_view incoming_id;
   std::string_view host;
   auto dropped = [&](std::string_view name) {
@@ -177,12 +177,13 @@ void build_upstream_request(const bhttp::request_header<>& h, const forward_cont
     }
     if (!conn.empty() && conn.contains(name)) continue;
     if (dropped(name)) continue;
+    // From a trusted proxy, the last of each: what a proxy that appends wrote.
     if (iequals(name, "x-forwarded-proto")) {
-      if (!ctx.peer_trusted || have_proto) continue;
-      have_proto = true;
+      if (ctx.peer_trusted) fwd_proto = f.value();
+      continue;
     } else if (iequals(name, "x-forwarded-host")) {
-      if (!ctx.peer_trusted || have_fwd_host) continue;
-      have_fwd_host = true;
+      if (ctx.peer_trusted) fwd_host = f.value();
+      continue;
     } else if (iequals(name, "x-request-id")) {
       // Restated once below: the request's own id when usable, else ctx.request_id.
       if (incoming_id.empty()) incoming_id = usable_request_id(f.value());
@@ -200,9 +201,10 @@ void build_upstream_request(const bhttp::request_header<>& h, const forward_cont
   if (!ctx.forwarded.empty()) append_field(out, "Forwarded", ctx.forwarded);
   if (!ctx.client_header.empty() && !ctx.client_ip.empty() && !iequals(ctx.client_header, "x-forwarded-for"))
     append_field(out, ctx.client_header, ctx.client_ip);
-  if (!have_proto) append_field(out, "X-Forwarded-Proto", "http");
+  append_field(out, "X-Forwarded-Proto", fwd_proto.empty() ? std::string_view("http") : fwd_proto);
   // The upstream's own name, given for want of the client's, is not the client's host.
-  if (!have_fwd_host && !host.empty() && !own_host) append_field(out, "X-Forwarded-Host", host);
+  if (!fwd_host.empty()) append_field(out, "X-Forwarded-Host", fwd_host);
+  else if (!host.empty() && !own_host) append_field(out, "X-Forwarded-Host", host);
   if (!incoming_id.empty()) append_field(out, "X-Request-Id", incoming_id);
   else if (!ctx.request_id.empty()) append_field(out, "X-Request-Id", ctx.request_id);
   if (ctx.upgrade) {

@@ -147,7 +147,10 @@ asio::awaitable<session::outcome> session::read_head(bool first) {
       if (buffer_.size() > max) co_return co_await send_local(431, false);
     } else {
       entry_->idle = true;
-      if (ctx_.draining) co_return outcome::close;
+      if (ctx_.draining) {
+        entry_->lean_at = clock::time_point::max();
+        co_return outcome::close;
+      }
     }
     entry_->arm_at(deadline == clock::time_point::max() ? app::deadline_after(http.idle_timeout) : deadline);
     if (entry_->lean) {
@@ -156,6 +159,7 @@ asio::awaitable<session::outcome> session::read_head(bool first) {
       auto [wec] = co_await socket_.async_wait(tcp::socket::wait_read, use_tuple);
       entry_->lean = false;
       if (wec && entry_->expired) {
+        entry_->idle = false;  // the sweeper must not take back the answer's write
         if (!first) co_return outcome::close;
         co_return co_await send_local(408, false);
       }
@@ -172,6 +176,7 @@ asio::awaitable<session::outcome> session::read_head(bool first) {
       continue;
     }
     entry_->lean = false;
+    entry_->lean_at = clock::time_point::max();
     if (ec && entry_->expired) {
       // An idle keep-alive connection just closes; a slow or silent request head gets 408.
       if (buffer_.size() == 0 && !first) co_return outcome::close;
@@ -396,11 +401,11 @@ session::verdict session::prepare(std::string_view& expect, bool& has_expect) {
   // Identity: the peer unless it is a trusted proxy (then its forwarding headers).
   peer_trusted_ = rt_->client_ip.is_trusted(peer_);
   if (peer_trusted_) {
-    // At most 16 identity fields are read: more are no honest proxy's.
+    // All of them (the head's size bounds them): the last ones are what our proxy wrote,
+    // and a cap keeping the first would let a client push those out of sight.
     auto& fields = ip_fields_;
     fields.clear();
     for (const auto& f : req) {
-      if (fields.size() == 16) break;
       for (const auto& name : rt_->identity_fields)
         if (beast::iequals(f.name_string(), name)) {
           fields.push_back({f.name_string(), f.value()});

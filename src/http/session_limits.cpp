@@ -152,7 +152,7 @@ std::chrono::milliseconds session::lease_renewal_interval() const {
   if (!leases_held_) return every;
   for (std::size_t i = 0; i < checks_.size(); ++i) {
     if (checks_[i].cfg->algo != config::algorithm::concurrency || !decisions_[i].allowed) continue;
-    auto third = std::max<std::chrono::milliseconds>(checks_[i].cfg->window / 3, std::chrono::milliseconds(100));
+    auto third = std::max<std::chrono::milliseconds>(checks_[i].cfg->window / 3, std::chrono::milliseconds(10));
     if (every.count() == 0 || third < every) every = third;
   }
   return every;

@@ -65,6 +65,8 @@ asio::awaitable<void> pump(app::session_entry& session, tcp::socket& from, beast
 
 asio::awaitable<void> renew_loop(std::function<void()> renew, std::chrono::milliseconds every) {
   asio::steady_timer timer(co_await asio::this_coro::executor);
+  // Once at the start: the lease was taken before the upstream's 101.
+  renew();
   for (;;) {
     timer.expires_after(every);
     auto [ec] = co_await timer.async_wait(use_tuple);

@@ -100,40 +100,46 @@ decision sliding_window(const config::limit_config& c, key_state& s, std::int64_
   return d;
 }
 
-// Rate-based limits count time in emission intervals (slots of T = 1/rate): a request
-// is judged at the start of its slot, so one that arrives late within its slot (behind
-// a store round trip, a scheduler tick) still gets the token or the turn that came due
-// at the slot's start, and a flood is admitted exactly rate x time, not less by every
-// request's lateness. Two admissions can then be closer than T at a slot boundary,
-// never more than one per slot beyond the burst. Retry and reset times are from now.
-// How far `now` is into its emission interval (fmod is exact).
-double lag_in_slot(double now, double t) { return std::fmod(now, t); }
+// A request late for its turn by less than min(T, 2 ms) (T = 1/rate), behind a store
+// round trip or a scheduler tick, keeps that turn's time: the limit's clock is not
+// pushed back by the lateness, so a flood is admitted rate x time, not less by every
+// turn's lateness (through Redis, a 1000/s limit with burst 1 admitted 0.67 of that).
+// A client idle for longer gets no credit; two admissions are never closer than
+// T - 2 ms beyond the burst.
+constexpr double late_credit_ms = 2.0;
+// Lateness `late` (> 0) behind a turn every `t` ms is credited.
+bool credited(double late, double t) { return late < t - 1e-9 && late <= late_credit_ms + 1e-9; }
 
 decision token_bucket(const config::limit_config& c, key_state& s, std::int64_t now, std::uint64_t cost, bool commit) {
+  const double rate = static_cast<double>(c.rate_.count) / static_cast<double>(c.rate_.per.count());  // per ms
   const double burst = static_cast<double>(c.burst);
-  const double t = static_cast<double>(c.rate_.per.count()) / static_cast<double>(c.rate_.count);  // ms per token
-  const double lag = lag_in_slot(static_cast<double>(now), t);
-  const double q = static_cast<double>(now) - lag;
   double tokens = burst;
-  // The last refill was at an interval's start too: the intervals between are whole.
-  if (s.expires_at > now) tokens = std::min(burst, s.tokens + std::floor((q - s.stamp) / t + 0.5));
+  double stamp = static_cast<double>(now);
+  if (s.expires_at > now) {
+    const double raw = s.tokens + (static_cast<double>(now) - s.stamp) * rate;
+    tokens = std::min(burst, raw);
+    // Full for less than the credit: the refill counts from when it became full.
+    const double full_for = (raw - burst) / rate;
+    if (full_for > 0 && credited(full_for, 1.0 / rate)) stamp -= full_for;
+  }
   decision d;
   d.limit = c.burst;
   const double need = static_cast<double>(cost);
   if (tokens + 1e-9 < need) {
     d.allowed = false;
     d.remaining = static_cast<std::uint64_t>(std::floor(tokens + 1e-9));
-    d.retry_ms = std::max<std::int64_t>(1, ceil_ms((need - tokens) * t - lag));
-    d.reset_ms = std::max<std::int64_t>(0, ceil_ms((burst - tokens) * t - lag));
+    d.retry_ms = std::max<std::int64_t>(1, ceil_ms((need - tokens) / rate));
+    d.reset_ms = ceil_ms((burst - tokens) / rate);
     return d;
   }
   tokens -= need;
   d.remaining = static_cast<std::uint64_t>(std::floor(tokens + 1e-9));
-  d.reset_ms = std::max<std::int64_t>(0, ceil_ms((burst - tokens) * t - lag));
+  d.reset_ms = ceil_ms((burst - tokens) / rate);
   if (commit) {
     s.tokens = tokens;
-    s.stamp = q;
-    s.expires_at = now + d.reset_ms + 1;
+    s.stamp = stamp;
+    // Kept past full by the credit, so a late turn finds it.
+    s.expires_at = now + d.reset_ms + 3;
   }
   return d;
 }
@@ -141,28 +147,29 @@ decision token_bucket(const config::limit_config& c, key_state& s, std::int64_t 
 decision gcra(const config::limit_config& c, key_state& s, std::int64_t now, std::uint64_t cost, bool commit) {
   const double t = static_cast<double>(c.rate_.per.count()) / static_cast<double>(c.rate_.count);  // ms per unit
   const double tolerance = t * static_cast<double>(c.burst);
-  // Judged at the start of its slot (see token_bucket), `lag` after it.
-  const double lag = lag_in_slot(static_cast<double>(now), t);
-  // Times relative to the slot's start. Absolute ones are near 1.7e12 ms, where doubles
-  // are 0.25 us apart, and TAT + T + T ... would drift enough to refuse a request that fits.
-  double tat = s.expires_at > now ? std::max(static_cast<double>(s.count - now) + s.stamp + lag, 0.0) : 0.0;
+  // Times relative to now. Absolute ones are near 1.7e12 ms, where doubles are 0.25 us
+  // apart, and TAT + T + T ... would drift enough to refuse a request that fits.
+  double tat = s.expires_at > now ? static_cast<double>(s.count - now) + s.stamp : 0.0;
+  // Late for its turn by less than the credit: the turn keeps its time (see above).
+  if (tat < 0 && !credited(-tat, t)) tat = 0;
   double new_tat = tat + t * static_cast<double>(cost);
   double allow_at = new_tat - tolerance;
   decision d;
   d.limit = c.burst;
   if (allow_at > 1e-9) {
     d.allowed = false;
-    d.retry_ms = std::max<std::int64_t>(1, ceil_ms(allow_at - lag));
+    d.retry_ms = std::max<std::int64_t>(1, ceil_ms(allow_at));
     d.remaining = static_cast<std::uint64_t>(std::max(0.0, std::floor((tolerance - tat) / t + 1e-9)));
-    d.reset_ms = std::max<std::int64_t>(0, ceil_ms(tat - lag));
+    d.reset_ms = ceil_ms(std::max(tat, 0.0));
     return d;
   }
   d.remaining = static_cast<std::uint64_t>(std::max(0.0, std::floor((tolerance - new_tat) / t + 1e-9)));
-  d.reset_ms = std::max<std::int64_t>(0, ceil_ms(new_tat - lag));
+  d.reset_ms = ceil_ms(new_tat);
   if (commit) {
     s.count = now;
-    s.stamp = new_tat - lag;
-    s.expires_at = now + d.reset_ms + 1;
+    s.stamp = new_tat;
+    // Kept past its TAT by the credit, so a late turn finds it.
+    s.expires_at = now + d.reset_ms + 3;
   }
   return d;
 }

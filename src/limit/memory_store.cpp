@@ -56,6 +56,9 @@ key_state& memory_store::touch(shard& s, const std::string& key, std::int64_t no
     for (auto it = s.lru.end(); s.map.size() >= max_per_shard_ && it != s.lru.begin();) {
       --it;
       if (std::find(keep.begin(), keep.end(), &it->state) != keep.end()) continue;
+      // A key holding live concurrency leases is not forgotten: its requests are in flight.
+      if (std::any_of(it->state.leases.begin(), it->state.leases.end(), [&](const auto& l) { return l.second > now; }))
+        continue;
       auto victim = it++;
       if (victim->state.expires_at > now) note_eviction(now);
       erase(s, victim);
@@ -109,6 +112,7 @@ void memory_store::renew(const std::string& key, std::uint64_t lease, std::int64
   std::lock_guard lock(sh.mu);
   auto it = sh.map.find(std::string_view(key));
   if (it == sh.map.end()) return;
+  sh.lru.splice(sh.lru.begin(), sh.lru, it->second);
   auto& st = it->second->state;
   for (auto& [id, expiry] : st.leases)
     if (id == lease && expiry > now) {

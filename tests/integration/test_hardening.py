@@ -609,3 +609,18 @@ def test_idle_keep_alive_connections_hold_almost_no_memory(gateway_factory):
     finally:
         for s in socks:
             s.close()
+
+
+def test_many_forged_identity_lines_cannot_hide_the_proxys_own(gateway_factory):
+    # A client sends 20 X-Forwarded-For lines; the trusted proxy appends its own last.
+    g = gateway_factory(trusted="127.0.0.1/32", routes=one_route(per_ip(2)))
+    forged = "".join(f"X-Forwarded-For: 6.6.6.{i}\r\n" for i in range(20))
+    for _ in range(2):
+        r = g.request(get("/echo", extra=forged + "X-Forwarded-For: 198.51.100.9\r\n"))
+        assert r.status == 200
+        hdr = {k.lower(): v for k, v in seen_headers(r)}
+        assert hdr["x-real-ip"] == "198.51.100.9"
+        assert hdr["x-forwarded-for"] == "198.51.100.9, 127.0.0.1"
+    # the limit counts the real client, whatever the forged lines say
+    r = g.request(get("/echo", extra=forged.replace("6.6.6.", "7.7.7.") + "X-Forwarded-For: 198.51.100.9\r\n"))
+    assert r.status == 429

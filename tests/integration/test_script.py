@@ -159,9 +159,7 @@ def test_requests_of_several_shapes_share_specs_and_keep_their_costs(redis_serve
     res = call(redis_server, [("a", [(key, 1)]), ("b", [(key, 1), (other, 3)]), ("c", [(key, 2)]),
                               ("d", [(other, 3)])], specs)
     assert [[x[:2] for x in r] for r in res] == [[(1, 2)], [(0, 2), (1, 8)], [(1, 0)], [(1, 8)]]
-    # One token a second, counted from the start of now's interval: the missing one comes
-    # within a second.
-    assert 1 <= res[1][0][3] <= 1000
+    assert res[1][0][3] >= 1000  # one token a second: the missing one is ~1 s away
     # b was denied by its token bucket, so its fixed window recorded nothing
     assert state(redis_server, other, "ne")["n"] == 1
 

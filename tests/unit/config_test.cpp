@@ -95,7 +95,7 @@ TEST_CASE("bad configurations report the first problem with line, column and mes
       {"max_connections negative", "http:\n  max_connections: -5\n" + kRoutes, 2, 20,
        "expected an integer from 0 to 10000000, got '-5'"},
       {"memory.max_keys too small", "memory:\n  max_keys: 10\n" + kRoutes, 2, 13,
-       "expected an integer from 64 to 100000000, got '10'"},
+       "expected an integer from 1024 to 100000000, got '10'"},
       // --- endpoints
       {"listen without host", "listen: 8080\n" + kRoutes, 1, 9, "invalid listen address '8080' (want host:port)"},
       {"admin listen without port", "admin:\n  listen: \"localhost\"\n" + kRoutes, 2, 11,

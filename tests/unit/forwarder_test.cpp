@@ -267,11 +267,11 @@ TEST_CASE("build_upstream_request: X-Forwarded-Proto and X-Forwarded-Host", "[fo
       "\r\n";
   auto c = ctx_untrusted();
   c.request_id = {};
-  SECTION("kept from a trusted peer (first of each)") {
+  SECTION("kept from a trusted peer (the last of each: what a proxy that appends wrote)") {
     c.peer_trusted = true;
     auto h = split_head(upstream(raw, c));
-    CHECK(h.l == lines{"GET / HTTP/1.1", "Host: internal:8080", "X-Forwarded-Proto: https",
-                       "X-Forwarded-Host: public.example", "X-Forwarded-For: 10.0.0.9"});
+    CHECK(h.l == lines{"GET / HTTP/1.1", "Host: internal:8080", "X-Forwarded-For: 10.0.0.9",
+                       "X-Forwarded-Proto: ftp", "X-Forwarded-Host: second.example"});
   }
   SECTION("replaced for an untrusted peer") {
     auto h = split_head(upstream(raw, c));
