@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "app/runtime.hpp"
+#include "obs/logging.hpp"
 #include "util/block_pool.hpp"
 
 namespace fg::upstream { class pool; }
@@ -58,8 +59,7 @@ struct session_entry {
 struct connection_limit {
   std::size_t max = 0;
   std::atomic<std::size_t> open{0};
-  std::atomic<std::uint64_t> refused{0};          // since the last log line
-  std::atomic<std::int64_t> last_log_ms{-100000};  // steady clock
+  obs::periodic_count refused;  // reported in a log line every 5 s at most
 };
 
 // What a session needs from the worker that owns it. Lives on the worker's thread.

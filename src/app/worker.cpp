@@ -124,15 +124,11 @@ bool worker::admit(tcp::socket& socket) {
   (void)::send(socket.native_handle(), busy.data(), busy.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
   boost::system::error_code ignored;
   socket.close(ignored);
-  auto refused = limit->refused.fetch_add(1, std::memory_order_relaxed) + 1;
   auto now = std::chrono::duration_cast<std::chrono::milliseconds>(coarse_now.time_since_epoch()).count();
-  auto last = limit->last_log_ms.load(std::memory_order_relaxed);
-  if (now - last >= 5000 && limit->last_log_ms.compare_exchange_strong(last, now)) {
-    limit->refused.fetch_sub(refused, std::memory_order_relaxed);
+  if (auto refused = limit->refused.add(now))
     spdlog::warn("connection limit reached ({} open, http.max_connections {}): refused {} connection(s) since the "
                  "last report",
                  limit->open.load(std::memory_order_relaxed), limit->max, refused);
-  }
   return false;
 }
 

@@ -60,6 +60,18 @@ struct chunk_frame {
 constexpr std::string_view crlf = "\r\n";
 constexpr std::string_view last_chunk = "0\r\n\r\n";
 
+// What a buffer holds, as text.
+std::string_view bytes_of(const beast::flat_buffer& b) {
+  return {static_cast<const char*>(b.data().data()), b.size()};
+}
+
+// A chunked body's framing is followed from its first byte: those already buffered
+// behind the head first (false if they are malformed), then each read's (read_into).
+bool start_vetting(chunk_vetter& v, const beast::flat_buffer& buffered) {
+  v.reset();
+  return v.feed(bytes_of(buffered)) != chunk_vetter::state::bad;
+}
+
 // Maps a cancelled wait whose deadline passed to a timeout.
 error_code timed(const app::session_entry& e, error_code ec) {
   return ec && e.expired ? error_code(beast::error::timeout) : ec;
@@ -113,7 +125,7 @@ asio::awaitable<error_code> read_into(app::session_entry& e, tcp::socket& s, bea
     }
     if (ec) co_return timed(e, ec);
     b.commit(n);
-    if (vet && vet->feed({static_cast<const char*>(b.data().data()) + b.size() - n, n}) == chunk_vetter::state::bad)
+    if (vet && vet->feed(bytes_of(b).substr(b.size() - n)) == chunk_vetter::state::bad)
       co_return error_code(bhttp::error::bad_chunk);
   }
 }
@@ -134,7 +146,7 @@ asio::awaitable<session::outcome> session::read_head(bool first) {
     if (buffer_.size() > 0) {
       entry_->idle = false;
       if (deadline == clock::time_point::max()) deadline = app::deadline_after(http.header_timeout);
-      std::string_view data(static_cast<const char*>(buffer_.data().data()), std::min(buffer_.size(), max + 1));
+      auto data = bytes_of(buffer_).substr(0, max + 1);
       auto st = scanner_.scan(data);
       if (st == head_scanner::state::complete) {
         if (scanner_.head_size() > max) co_return co_await send_local(431, false);
@@ -494,15 +506,10 @@ asio::awaitable<session::outcome> session::forward() {
   // body is rejected with upstream having received nothing.
   std::size_t piece = 0;
   char* buf = nullptr;
-  chunk_vetter* vet = nullptr;
-  if (chunked) {
-    vetter_.reset();
-    vet = &vetter_;
-    std::string_view buffered(static_cast<const char*>(buffer_.data().data()), buffer_.size());
-    if (vetter_.feed(buffered) == chunk_vetter::state::bad) {
-      spdlog::debug("{}: rejected request: {}", peer_str_, vetter_.error());
-      co_return co_await send_local(400, false);
-    }
+  chunk_vetter* vet = chunked ? &vetter_ : nullptr;
+  if (vet && !start_vetting(vetter_, buffer_)) {
+    spdlog::debug("{}: rejected request: {}", peer_str_, vetter_.error());
+    co_return co_await send_local(400, false);
   }
   if (has_body) {
     buf = body_buf();
@@ -621,15 +628,12 @@ asio::awaitable<session::outcome> session::forward() {
   unsigned status = res.result_int();
   // An upstream's chunked framing is followed as it arrives too: malformed, it is a
   // 502 (or a cut connection) at once, not a wait for the response timeout.
-  chunk_vetter* up_vet = nullptr;
-  if (rp->chunked() && req.method() != bhttp::verb::head && status != 204 && status != 304 && status != 101) {
-    vetter_.reset();
-    up_vet = &vetter_;
-    std::string_view buffered(static_cast<const char*>(up->buffer.data().data()), up->buffer.size());
-    if (vetter_.feed(buffered) == chunk_vetter::state::bad) {
-      spdlog::warn("upstream {}: bad chunked response: {}", up_cfg.name, vetter_.error());
-      co_return co_await send_local(502, false);
-    }
+  const bool up_chunked_body =
+      rp->chunked() && req.method() != bhttp::verb::head && status != 204 && status != 304 && status != 101;
+  chunk_vetter* up_vet = up_chunked_body ? &vetter_ : nullptr;
+  if (up_vet && !start_vetting(vetter_, up->buffer)) {
+    spdlog::warn("upstream {}: bad chunked response: {}", up_cfg.name, vetter_.error());
+    co_return co_await send_local(502, false);
   }
 
   response_context rc;
@@ -764,12 +768,8 @@ void park(app::worker_context& ctx, tcp::socket socket, std::chrono::steady_cloc
   p->entry->arm_at(deadline);
   auto& s = p->socket;
   s.async_wait(tcp::socket::wait_read, [p = std::move(p)](error_code ec) mutable {
-    if (ec || p->entry->expired || p->ctx.draining) {
-      error_code ignored;
-      p->socket.close(ignored);
-      if (p->ctx.connections) p->ctx.connections->open.fetch_sub(1, std::memory_order_relaxed);
-      return;
-    }
+    // Timed out, drained or reset: ~parked closes it and gives its count back.
+    if (ec || p->entry->expired || p->ctx.draining) return;
     auto& ctx = p->ctx;
     auto socket = std::move(p->socket);
     p.reset();

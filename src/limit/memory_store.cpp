@@ -36,13 +36,10 @@ void memory_store::sweep(shard& s, std::int64_t now, std::span<key_state* const>
 
 void memory_store::note_eviction(std::int64_t now) {
   evicted_total_.fetch_add(1, std::memory_order_relaxed);
-  auto pending = evicted_unreported_.fetch_add(1, std::memory_order_relaxed) + 1;
-  auto last = last_report_.load(std::memory_order_relaxed);
-  if (now - last < 5000 || !last_report_.compare_exchange_strong(last, now)) return;
-  evicted_unreported_.fetch_sub(pending, std::memory_order_relaxed);
-  spdlog::warn("memory store under key pressure ({} keys per shard, {} shards): {} live key(s) evicted, least "
-               "recently used first, since the last report",
-               max_per_shard_, shard_count, pending);
+  if (auto evicted = evicted_.add(now))
+    spdlog::warn("memory store under key pressure ({} keys per shard, {} shards): {} live key(s) evicted, least "
+                 "recently used first, since the last report",
+                 max_per_shard_, shard_count, evicted);
 }
 
 key_state& memory_store::touch(shard& s, const std::string& key, std::int64_t now, std::span<key_state* const> keep) {

@@ -12,6 +12,7 @@
 #include "config/config.hpp"
 #include "limit/algorithms.hpp"
 #include "limit/decision.hpp"
+#include "obs/logging.hpp"
 
 namespace fg::limit {
 
@@ -62,8 +63,7 @@ class memory_store {
   std::vector<shard> shards_;
   std::size_t max_per_shard_;
   std::atomic<std::uint64_t> evicted_total_{0};
-  std::atomic<std::uint64_t> evicted_unreported_{0};
-  std::atomic<std::int64_t> last_report_{-100000};
+  obs::periodic_count evicted_;  // reported once per 5 s at most
 };
 
 }  // namespace fg::limit

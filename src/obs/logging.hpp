@@ -1,4 +1,5 @@
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -38,6 +39,27 @@ class error_log_limiter {
   std::size_t max_;
   // Looked up by string_view: a failing request costs no string copy.
   std::unordered_map<std::string, state, text_hash, std::equal_to<>> causes_;
+};
+
+// Counts events from any thread and says when a line reporting them is due: at most
+// one per `interval_ms`, with how many there were since the last (a flood of events,
+// refused connections or evicted keys, costs one line per interval).
+class periodic_count {
+ public:
+  explicit periodic_count(std::int64_t interval_ms = 5000) : interval_(interval_ms) {}
+  // Counts one event at `now_ms` (any monotonic ms clock). Returns how many to report
+  // if a line is due now, else 0.
+  std::uint64_t add(std::int64_t now_ms) {
+    pending_.fetch_add(1, std::memory_order_relaxed);
+    auto last = last_.load(std::memory_order_relaxed);
+    if (now_ms - last < interval_ || !last_.compare_exchange_strong(last, now_ms)) return 0;
+    return pending_.exchange(0, std::memory_order_relaxed);
+  }
+
+ private:
+  std::int64_t interval_;
+  std::atomic<std::uint64_t> pending_{0};
+  std::atomic<std::int64_t> last_{INT64_MIN / 2};
 };
 
 }  // namespace fg::obs
