@@ -3,7 +3,7 @@
 
 #include <iostream>
 
-#include "app/runtime.hpp"
+#include "http/runtime.hpp"
 #include "app/server.hpp"
 #include "config/loader.hpp"
 #include "fg_version.hpp"
@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   fg::obs::init_logging(loaded.cfg->log.level);
-  auto rt = fg::app::runtime::build(loaded.cfg);
+  auto rt = fg::http::runtime::build(loaded.cfg);
   try {
     fg::app::server srv(rt);
     return srv.run();

@@ -20,7 +20,7 @@ namespace fg::app {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 
-server::server(std::shared_ptr<const runtime> rt) : rt_(std::move(rt)) {}
+server::server(std::shared_ptr<const http::runtime> rt) : rt_(std::move(rt)) {}
 
 std::size_t max_connections(const config::config& cfg, unsigned workers) {
   // The soft descriptor limit is raised to the hard one (as nginx's worker_rlimit_nofile).
@@ -61,7 +61,7 @@ int server::run() {
   unsigned n = cfg.workers ? cfg.workers : std::max(1u, std::thread::hardware_concurrency());
   auto access = obs::access_log::open(cfg.log);
   limit::memory_store memory(cfg.memory.max_keys);
-  connection_limit connections;
+  http::connection_limit connections;
   connections.max = max_connections(cfg, n);
   std::vector<std::unique_ptr<worker>> workers;
   for (unsigned i = 0; i < n; ++i) workers.push_back(std::make_unique<worker>(i, rt_, access, &memory, &connections));

@@ -2,7 +2,7 @@
 #include <memory>
 #include <vector>
 
-#include "app/runtime.hpp"
+#include "http/runtime.hpp"
 #include "app/worker.hpp"
 
 namespace fg::app {
@@ -14,12 +14,12 @@ std::size_t max_connections(const config::config& cfg, unsigned workers);
 // The listening socket and N workers; runs until SIGTERM/SIGINT, then drains.
 class server {
  public:
-  explicit server(std::shared_ptr<const runtime> rt);
+  explicit server(std::shared_ptr<const http::runtime> rt);
   // Blocks until a stop signal and the drain are done. Returns the exit code.
   int run();
 
  private:
-  std::shared_ptr<const runtime> rt_;
+  std::shared_ptr<const http::runtime> rt_;
 };
 
 }  // namespace fg::app

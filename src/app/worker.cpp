@@ -14,6 +14,7 @@
 #include <random>
 
 #include "limit/script.hpp"
+#include "upstream/send_batch.hpp"
 
 #include "http/session.hpp"
 #include "obs/access_log.hpp"
@@ -23,32 +24,45 @@ namespace fg::app {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 
-worker::worker(unsigned id, std::shared_ptr<const runtime> rt, std::shared_ptr<obs::access_log> access,
-               limit::memory_store* memory, connection_limit* connections)
+namespace {
+
+// A batch of requests that one Redis reply answered resumes inside a send_batch scope:
+// their upstream writes go out together.
+void resume_with_sends(std::size_t n, void (*resume)(void*), void* arg) {
+  upstream::send_batch::collect sends(n > 1);
+  resume(arg);
+}
+
+std::string random_nonce_prefix() {
+  std::random_device rd;
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%08x%08x-", rd(), rd());
+  return buf;
+}
+
+}  // namespace
+
+worker::worker(unsigned id, std::shared_ptr<const http::runtime> rt, std::shared_ptr<obs::access_log> access,
+               limit::memory_store* memory, http::connection_limit* connections)
     // One thread per io_context: socket I/O needs no locking (posts from other threads still do).
     : ioc_(std::make_unique<asio::io_context>(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO)), pool_(std::make_unique<upstream::pool>(ioc_->get_executor())) {
   ctx_.id = id;
   ctx_.rt = std::move(rt);
   ctx_.pool = pool_.get();
   ctx_.access = std::move(access);
-  ctx_.memory = memory;
   ctx_.connections = connections;
-  // Lease ids unique across workers: the worker id in the top bits.
-  ctx_.next_lease = static_cast<std::uint64_t>(id) << 48;
-  denies_ = std::make_unique<limit::deny_cache>();
-  ctx_.denies = denies_.get();
-  {
-    std::random_device rd;
-    char buf[24];
-    std::snprintf(buf, sizeof buf, "%08x%08x-", rd(), rd());
-    ctx_.nonce_prefix = buf;
-  }
+  memory_ = std::make_unique<limit::memory_source>(*memory);
+  limit::decision_source* store = memory_.get();
   if (ctx_.rt->cfg->store == config::store_kind::redis) {
     redis_ = std::make_shared<redis::connection>(ioc_->get_executor(), ctx_.rt->cfg->redis, limit::limiter_script);
-    ctx_.redis = redis_.get();
-    batcher_ = std::make_unique<limit::redis_batcher>(ioc_->get_executor(), redis_);
-    ctx_.batcher = batcher_.get();
+    batcher_ = std::make_unique<limit::redis_batcher>(ioc_->get_executor(), redis_, 128, &resume_with_sends);
+    redis_source_ = std::make_unique<limit::redis_source>(*batcher_, redis_, random_nonce_prefix());
+    denies_ = std::make_unique<limit::deny_cache>();
+    store = redis_source_.get();
   }
+  // Lease ids unique across workers: the worker id in the top bits.
+  limits_ = std::make_unique<limit::policy>(*store, *memory_, denies_.get(), static_cast<std::uint64_t>(id) << 48);
+  ctx_.limits = limits_.get();
   pool_->configure(ctx_.rt->cfg->upstreams);
 }
 
@@ -60,8 +74,9 @@ worker::~worker() {
   pool_->close_idle();
   if (redis_) {
     redis_->stop();
-    ctx_.redis = nullptr;
-    ctx_.batcher = nullptr;
+    // Sessions destroyed with the io_context still give their leases back: to Redis
+    // no longer (the source lets go of its connection), to the memory store as ever.
+    redis_source_->detach();
     // Every reference to the connection must be gone by the time the io_context's
     // services are destroyed: ours now, what handlers hold during its shutdown.
     batcher_.reset();
@@ -124,7 +139,7 @@ bool worker::admit(tcp::socket& socket) {
   (void)::send(socket.native_handle(), busy.data(), busy.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
   boost::system::error_code ignored;
   socket.close(ignored);
-  auto now = std::chrono::duration_cast<std::chrono::milliseconds>(coarse_now.time_since_epoch()).count();
+  auto now = std::chrono::duration_cast<std::chrono::milliseconds>(deadline::coarse_now.time_since_epoch()).count();
   if (auto refused = limit->refused.add(now))
     spdlog::warn("connection limit reached ({} open, http.max_connections {}): refused {} connection(s) since the "
                  "last report",
@@ -137,27 +152,12 @@ asio::awaitable<void> worker::sweep_deadlines() {
   // arming a timer per read and write; the tick also advances the coarse clock.
   asio::steady_timer tick(*ioc_);
   for (;;) {
-    tick.expires_after(sweep_interval);
+    tick.expires_after(deadline::sweep_interval);
     auto [ec] = co_await tick.async_wait(asio::as_tuple(asio::use_awaitable));
     if (ec) co_return;
-    auto now = session_entry::clock::now();
-    coarse_now = now;
-    for (auto& s : ctx_.sessions) {
-      if (s.idle && !s.lean && s.lean_at <= now && s.socket) {
-        s.lean = true;
-        s.lean_at = session_entry::clock::time_point::max();
-        boost::system::error_code ignored;
-        s.socket->cancel(ignored);
-      }
-      if (s.deadline > now) continue;
-      s.deadline = session_entry::clock::time_point::max();
-      s.expired = true;
-      boost::system::error_code ignored;
-      if (s.socket) s.socket->cancel(ignored);
-      if (s.upstream) s.upstream->cancel(ignored);
-    }
+    ctx_.deadlines.sweep(deadline::clock::now());
     // Drained and nothing left: let the io_context run out of work.
-    if (ctx_.draining && ctx_.sessions.empty()) {
+    if (ctx_.draining && ctx_.deadlines.empty()) {
       if (redis_) redis_->stop();
       co_return;
     }
@@ -170,8 +170,7 @@ void worker::drain() {
     boost::system::error_code ec;
     if (acceptor_) acceptor_->close(ec);
     pool_->close_idle();
-    for (auto& s : ctx_.sessions)
-      if (s.idle) s.socket->cancel(ec);
+    ctx_.deadlines.cancel_idle();
   });
 }
 
@@ -181,7 +180,7 @@ void worker::join() {
   if (thread_.joinable()) thread_.join();
 }
 
-void worker::update(std::shared_ptr<const runtime> rt) {
+void worker::update(std::shared_ptr<const http::runtime> rt) {
   asio::post(*ioc_, [this, rt = std::move(rt)]() mutable {
     pool_->configure(rt->cfg->upstreams);
     ctx_.rt = std::move(rt);

@@ -5,8 +5,11 @@
 #include <memory>
 #include <thread>
 
-#include "app/context.hpp"
+#include "http/context.hpp"
+#include "limit/memory_store.hpp"
+#include "limit/policy.hpp"
 #include "limit/redis_store.hpp"
+#include "limit/sources.hpp"
 #include "redis/connection.hpp"
 #include "upstream/pool.hpp"
 
@@ -16,8 +19,8 @@ namespace fg::app {
 // owns every connection it accepts, its upstream pool, and (later) its Redis client.
 class worker {
  public:
-  worker(unsigned id, std::shared_ptr<const runtime> rt, std::shared_ptr<obs::access_log> access,
-         limit::memory_store* memory, connection_limit* connections);
+  worker(unsigned id, std::shared_ptr<const http::runtime> rt, std::shared_ptr<obs::access_log> access,
+         limit::memory_store* memory, http::connection_limit* connections);
   ~worker();
 
   // `listen_fd` is duplicated; the worker's thread starts.
@@ -28,7 +31,7 @@ class worker {
   void stop();
   void join();
   // Thread-safe. Later requests use the new snapshot.
-  void update(std::shared_ptr<const runtime> rt);
+  void update(std::shared_ptr<const http::runtime> rt);
 
  private:
   boost::asio::awaitable<void> accept_loop();
@@ -38,13 +41,17 @@ class worker {
 
   // Sessions unregister from ctx_ when the io_context destroys their frames, so ctx_
   // is declared first and the io_context is torn down explicitly in the destructor.
-  worker_context ctx_;
+  http::worker_context ctx_;
   std::unique_ptr<boost::asio::io_context> ioc_;
   std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;
   std::unique_ptr<upstream::pool> pool_;
+  // The limits: the store's decision source behind the policy that sessions ask.
+  std::unique_ptr<limit::memory_source> memory_;
   std::shared_ptr<redis::connection> redis_;
   std::unique_ptr<limit::redis_batcher> batcher_;
+  std::unique_ptr<limit::redis_source> redis_source_;
   std::unique_ptr<limit::deny_cache> denies_;
+  std::unique_ptr<limit::policy> limits_;
   std::thread thread_;
 };
 

@@ -9,7 +9,7 @@
 
 #include "config/duration.hpp"
 #include "net/cidr.hpp"
-#include "routing/route_table.hpp"
+#include "match/rules.hpp"
 
 namespace fg::config {
 namespace {
@@ -264,13 +264,13 @@ class loader {
   // rule's.)
   static std::optional<std::string> shadowed_by_slash(const std::vector<route_config>& earlier, const route_match& m) {
     if (m.path.empty()) return std::nullopt;
-    const auto host = routing::normalize_host(m.host);
+    const auto host = match::normalize_host(m.host);
     for (const auto& e : earlier) {
-      if (e.match.path.empty() || e.match.path == m.path || !routing::exact_path_takes(e.match.path, m.path)) continue;
-      if (auto h = routing::normalize_host(e.match.host); !h.empty() && h != host) continue;
+      if (e.match.path.empty() || e.match.path == m.path || !match::exact_path_takes(e.match.path, m.path)) continue;
+      if (auto h = match::normalize_host(e.match.host); !h.empty() && h != host) continue;
       if (!e.match.methods.empty() &&
           (m.methods.empty() || !std::all_of(m.methods.begin(), m.methods.end(), [&](const std::string& x) {
-            return routing::methods_take(e.match.methods, x);
+            return match::methods_take(e.match.methods, x);
           })))
         continue;
       return e.name;
@@ -300,7 +300,7 @@ class loader {
         // matches "/.well-known") is no dot segment.
         const bool is_prefix = v == &prefix_s;
         std::string want = v->value() + (is_prefix ? "x" : ""), seen;
-        if (!routing::normalize_target_path(want, seen)) {
+        if (!match::normalize_target_path(want, seen)) {
           r_.error(n, "invalid path '" + v->value() + "'");
         } else if (seen != want) {
           if (is_prefix) seen.pop_back();

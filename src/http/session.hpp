@@ -1,7 +1,7 @@
 #pragma once
 #include <boost/asio/ip/tcp.hpp>
 
-#include "app/context.hpp"
+#include "http/context.hpp"
 
 namespace fg::http {
 
@@ -10,6 +10,6 @@ namespace fg::http {
 // streams both bodies, and tunnels upgraded connections. Between requests, a
 // keep-alive connection idle for a while is parked: it then holds its socket and one
 // wait for readability, and gets a new session when its next request arrives.
-void start_session(app::worker_context& ctx, boost::asio::ip::tcp::socket socket);
+void start_session(worker_context& ctx, boost::asio::ip::tcp::socket socket);
 
 }  // namespace fg::http

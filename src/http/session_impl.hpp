@@ -1,24 +1,22 @@
 #pragma once
-// The session class, shared by session.cpp (reading, forwarding) and
-// session_limits.cpp (rate limiting). Beast-heavy: include only from those.
+// The session class, shared by session.cpp (reading, local answers, the limits) and
+// exchange.cpp (the upstream exchange). Beast-heavy: include only from those.
 #include <boost/asio/as_tuple.hpp>
-#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/deferred.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/parser.hpp>
 
-#include <array>
 #include <chrono>
-#include <list>
+#include <memory>
 #include <optional>
+#include <span>
 #include <string>
-#include <vector>
 
-#include "app/context.hpp"
+#include "http/admission.hpp"
+#include "http/context.hpp"
 #include "http/framing.hpp"
-#include "limit/decision.hpp"
-#include "limit/memory_store.hpp"
-#include "net/client_ip.hpp"
+#include "limit/decision_source.hpp"
 #include "upstream/pool.hpp"
 
 namespace fg::http::detail {
@@ -31,9 +29,20 @@ using error_code = boost::system::error_code;
 using clock = std::chrono::steady_clock;
 using request_parser = bhttp::request_parser<bhttp::buffer_body>;
 using response_parser = bhttp::response_parser<bhttp::buffer_body>;
+constexpr auto use_tuple = asio::as_tuple(asio::deferred);
 // Body bytes move through one buffer of this size per session, in both directions.
 constexpr std::size_t body_chunk = 32 * 1024;
-static_assert(body_chunk == 32 * 1024, "app::worker_context::bodies lends blocks of this size");
+static_assert(body_chunk == 32 * 1024, "http::worker_context::bodies lends blocks of this size");
+
+// What a buffer holds, as text.
+inline std::string_view bytes_of(const beast::flat_buffer& b) {
+  return {static_cast<const char*>(b.data().data()), b.size()};
+}
+
+// Maps a cancelled wait whose deadline passed to a timeout.
+inline error_code timed(const deadline::entry& e, error_code ec) {
+  return ec && e.expired ? error_code(beast::error::timeout) : ec;
+}
 
 // An optional T kept on the heap, so that an idle connection can give its storage
 // back (release()) while a busy one reuses it request after request.
@@ -56,21 +65,8 @@ class lazy_optional {
 
 class session {
  public:
-  session(app::worker_context& ctx, tcp::socket socket, bool resumed)
-      : ctx_(ctx), socket_(std::move(socket)), buffer_(64 * 1024), requests_(resumed ? 1 : 0) {
-    error_code ec;
-    auto ep = socket_.remote_endpoint(ec);
-    if (!ec) peer_ = net::normalize(ep.address());
-    peer_str_ = peer_.to_string();
-    socket_.set_option(tcp::no_delay(true), ec);
-    entry_ = ctx_.sessions.insert(ctx_.sessions.end(), app::session_entry{});
-    entry_->socket = &socket_;
-  }
-  ~session() {
-    give_back_body_buf();
-    ctx_.sessions.erase(entry_);
-    if (!parked_ && ctx_.connections) ctx_.connections->open.fetch_sub(1, std::memory_order_relaxed);
-  }
+  session(worker_context& ctx, tcp::socket socket, bool resumed);
+  ~session();
 
   // True when the connection is to be parked (idle between requests): then take its
   // socket with release_socket() and its deadline with idle_deadline().
@@ -79,55 +75,55 @@ class session {
     parked_ = true;
     return std::move(socket_);
   }
-  clock::time_point idle_deadline() const { return entry_->deadline; }
+  clock::time_point idle_deadline() const { return watch_->deadline; }
 
  private:
   enum class outcome { keep_going, close, closed, park };
 
+  // session.cpp: the request head, local answers, the limits.
   asio::awaitable<outcome> read_head(bool first);
+  // Bytes of a head to scan: outcome::keep_going when it is complete, close/closed/
+  // a local answer's status otherwise (see read_head).
+  std::optional<unsigned> scan_head(bool& complete);
+  bool parse_head();
   asio::awaitable<outcome> handle();
-  // What handle() settles before any I/O: a local answer (a status, with its
-  // keep-alive and body) or, with status 0, on to the limits and upstream. A plain
-  // function, so that its locals stay out of handle()'s coroutine frame: Asio recycles
-  // frames only up to about 1 KiB, and a larger one costs an allocation per request.
-  struct verdict {
-    unsigned status = 0;
-    bool keep_alive = false;
-    std::string_view body;
-  };
-  verdict prepare(std::string_view& expect, bool& has_expect);
-  // A field whose name with '_' for '-' is one the gateway reads or sets.
-  bool interpreted_underscore(const bhttp::request_header<>& req) const;
-  asio::awaitable<outcome> forward();
-  // The route's limits, in plain functions around the one wait for Redis, so that a
-  // limited request costs no coroutine frame of its own: begin_limits() builds the
-  // keys and answers from the memory store or the local deny cache, or asks for Redis;
-  // end_limits() takes Redis' answer (or error, under the route's on_store_error).
-  // go_on: forward; limited: answer 429 with rate_headers_; unavailable: answer 503.
-  enum class limits_step { go_on, ask_redis, limited, unavailable };
-  limits_step begin_limits(const config::route_config& route);
-  limits_step end_limits(const config::route_config& route, error_code ec);
-  limits_step decide_in_memory(const config::route_config& route);
-  limits_step decide(const config::route_config& route);
-  void release_leases();
-  // While a tunnel lasts: its leases' lifetimes start again (0 ms: none held).
-  std::chrono::milliseconds lease_renewal_interval() const;
-  void renew_leases();
-  asio::awaitable<outcome> send_limited(const config::route_config& route, std::string_view headers);
-  asio::awaitable<outcome> send_store_unavailable();
-  void log_store_error(const config::route_config& route, const std::string& why);
+  // The route's limits: asks the worker's decision source (a plain function around the
+  // one wait for Redis, so that a limited request costs no coroutine frame of its own).
+  void start_limits(const config::route_config& route);
   asio::awaitable<outcome> send_local(unsigned status, bool keep_alive, std::string_view body = {},
                                       std::string_view extra = {}, std::string_view content_type = {});
+  // A local answer to a request whose unread body leaves the connection unusable.
+  asio::awaitable<outcome> send_refusal(unsigned status, std::string_view body = {}, std::string_view extra = {},
+                                        std::string_view content_type = {});
   asio::awaitable<void> lingering_close();
   // An idle keep-alive connection holds no buffers: they go back to the allocator,
   // and come again with the next request's bytes.
   void release_idle_memory();
-  // Arm the deadline and return the write, a deferred operation (no coroutine frame):
-  // `co_await` it for (error_code, bytes) and pass the error through timed().
-  // Defined in session.cpp, their only user.
-  auto write_down(std::span<const asio::const_buffer> bufs);
-  auto write_up(upstream::connection& up, std::span<const asio::const_buffer> bufs, std::chrono::milliseconds timeout);
   void log_request(unsigned status);
+  // Arms the deadline and returns the write, a deferred operation (no coroutine frame):
+  // `co_await` it for (error_code, bytes) and pass the error through timed().
+  auto write_down(std::span<const asio::const_buffer> bufs) {
+    watch_->arm(rt_->cfg->http.idle_timeout);
+    return asio::async_write(socket_, bufs, use_tuple);
+  }
+
+  // exchange.cpp: the upstream exchange.
+  asio::awaitable<outcome> forward();
+  void build_request_head(const config::route_config& route, bool upgrade);
+  // The exchange up to the response head, with one retry on a stale pooled connection:
+  // 0 when the response head is in rp_, else the status to answer (or outcome::closed
+  // by returning 1).
+  asio::awaitable<unsigned> exchange(upstream::connection_ptr& up, const config::upstream_config& cfg,
+                                     std::size_t piece, bool retry_safe);
+  asio::awaitable<error_code> send_request(upstream::connection& up, const config::upstream_config& cfg,
+                                           std::size_t piece);
+  asio::awaitable<error_code> send_rest_of_body(upstream::connection& up, const config::upstream_config& cfg);
+  asio::awaitable<error_code> read_response_head(upstream::connection& up, const config::upstream_config& cfg);
+  asio::awaitable<outcome> relay_response(upstream::connection& up, const config::upstream_config& cfg,
+                                          bool& reusable);
+  asio::awaitable<outcome> run_upgrade(upstream::connection& up, unsigned status);
+  auto write_up(upstream::connection& up, std::span<const asio::const_buffer> bufs, std::chrono::milliseconds timeout);
+
   // Lent by the worker for one request's bodies (given back in run()).
   char* body_buf() {
     if (!body_buf_) body_buf_ = ctx_.bodies.take();
@@ -137,41 +133,25 @@ class session {
     if (body_buf_) ctx_.bodies.give(std::move(body_buf_));
   }
 
-  app::worker_context& ctx_;
+  worker_context& ctx_;
   tcp::socket socket_;
   beast::flat_buffer buffer_;
   net::address peer_;
   std::string peer_str_;
-  std::list<app::session_entry>::iterator entry_;
-  std::shared_ptr<const app::runtime> rt_;
+  deadline::board::watch watch_;
+  std::shared_ptr<const runtime> rt_;
   head_scanner scanner_;
   lazy_optional<request_parser> parser_;
   lazy_optional<response_parser> rp_;
-  std::vector<net::header_field> ip_fields_;
   std::unique_ptr<char[]> body_buf_;
   std::string head_out_;
-  std::string request_id_;
-  std::string path_;
-  std::string client_key_;
-  net::client_identity who_;  // the resolved client, when the peer is a trusted proxy
+  admission ad_;
   std::string xff_, forwarded_, client_ip_text_;  // what the upstream is told (see forwarder.hpp)
   chunk_vetter vetter_;
-  bool peer_trusted_ = false;  // under this request's config snapshot
+  chunk_vetter* up_vet_ = nullptr;  // the upstream response's, while its chunked body is read
   std::string peer_key_;
-  std::shared_ptr<const app::runtime> peer_key_rt_;
-  std::string abs_host_, abs_target_;
-  bool has_upgrade_ = false;
-  // Limits of the current request (evaluated, in route order) and what they said.
-  std::vector<limit::check> checks_;
-  std::vector<limit::decision> decisions_;
-  std::string rate_headers_;  // for the upstream's response (or the 429)
-  std::uint64_t lease_ = 0;
-  std::int64_t limits_now_ = 0;  // the memory store's clock when the limits were asked
-  bool leases_held_ = false;
-  bool leases_in_redis_ = false;
-  std::string nonce_;  // names this request's sliding_log entries and concurrency leases in Redis
-  body_framing framing_;
-  int route_ = -1;
+  std::shared_ptr<const runtime> peer_key_rt_;
+  limit::limit_call limits_;  // this request's limits and what they said
   std::uint64_t bytes_in_ = 0, bytes_out_ = 0;
   double upstream_ms_ = -1;
   clock::time_point started_;

@@ -25,7 +25,7 @@ void close_both(tcp::socket& a, tcp::socket& b) {
 }
 
 // One direction. Activity either way pushes the shared deadline forward.
-asio::awaitable<void> pump(app::session_entry& session, tcp::socket& from, beast::flat_buffer& pending,
+asio::awaitable<void> pump(deadline::entry& session, tcp::socket& from, beast::flat_buffer& pending,
                            tcp::socket& to, std::chrono::milliseconds idle, std::uint64_t& count) {
   if (pending.size()) {
     session.arm(idle);
@@ -75,7 +75,7 @@ asio::awaitable<void> renew_loop(std::function<void()> renew, std::chrono::milli
   }
 }
 
-asio::awaitable<tunnel_stats> run_tunnel(app::session_entry& session, tcp::socket& down, beast::flat_buffer& down_buf,
+asio::awaitable<tunnel_stats> run_tunnel(deadline::entry& session, tcp::socket& down, beast::flat_buffer& down_buf,
                                          tcp::socket& up, beast::flat_buffer& up_buf, std::chrono::milliseconds idle,
                                          std::function<void()> renew, std::chrono::milliseconds renew_every) {
   using namespace asio::experimental::awaitable_operators;

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <functional>
 
-#include "app/context.hpp"
+#include "deadline/board.hpp"
 
 namespace fg::http {
 
@@ -20,7 +20,7 @@ struct tunnel_stats {
 // neither side has moved a byte for `idle` (the session's deadline). Bytes already
 // buffered on either side go first. With `renew`, it is called every `renew_every`
 // while the tunnel lasts (a concurrency lease outliving its lifetime).
-boost::asio::awaitable<tunnel_stats> run_tunnel(app::session_entry& session, boost::asio::ip::tcp::socket& down,
+boost::asio::awaitable<tunnel_stats> run_tunnel(deadline::entry& session, boost::asio::ip::tcp::socket& down,
                                                 boost::beast::flat_buffer& down_buf, boost::asio::ip::tcp::socket& up,
                                                 boost::beast::flat_buffer& up_buf, std::chrono::milliseconds idle,
                                                 std::function<void()> renew = {},

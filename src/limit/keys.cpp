@@ -200,4 +200,18 @@ std::optional<std::string> build_key(std::string_view prefix, std::string_view r
   return key;
 }
 
+void build_checks(std::vector<check>& checks, std::string_view prefix, const config::route_config& route,
+                  const request_parts& r) {
+  std::size_t n = 0;
+  for (const auto& l : route.limits) {
+    if (n == checks.size()) checks.emplace_back();
+    auto& c = checks[n];
+    if (!build_key(c.key, prefix, route.name, l, r)) continue;
+    c.cfg = &l;
+    c.cost = l.cost;
+    ++n;
+  }
+  checks.resize(n);
+}
+
 }  // namespace fg::limit

@@ -1,9 +1,11 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <vector>
 #include <string_view>
 
 #include "config/config.hpp"
+#include "limit/decision.hpp"
 
 namespace fg::limit {
 
@@ -29,6 +31,12 @@ std::optional<std::string> build_key(std::string_view prefix, std::string_view r
 // The same into `out` (its capacity reused); false where the other returns nullopt.
 bool build_key(std::string& out, std::string_view prefix, std::string_view route, const config::limit_config& l,
                const request_parts& r);
+
+// The checks of `route`'s limits for one request, into `checks` (whose key strings keep
+// their capacity from request to request); a limit whose key part is missing is skipped
+// (on_missing_key: skip).
+void build_checks(std::vector<check>& checks, std::string_view prefix, const config::route_config& route,
+                  const request_parts& r);
 
 // `name`'s raw value in a query string ("a=1&b=2"; names compared percent-decoded) or a
 // Cookie header ("a=1; b=2"); the first if there are several.

@@ -13,7 +13,6 @@
 #include <charconv>
 
 #include "redis/connection.hpp"
-#include "upstream/send_batch.hpp"
 
 namespace fg::limit {
 
@@ -207,8 +206,8 @@ struct redis_batcher::batch {
 };
 
 redis_batcher::redis_batcher(boost::asio::any_io_executor ex, std::shared_ptr<redis::connection> c,
-                             std::size_t max_batch)
-    : ex_(std::move(ex)), conn_(std::move(c)), max_batch_(max_batch), flow_(std::make_shared<flow>()) {
+                             std::size_t max_batch, resume_scope scope)
+    : ex_(std::move(ex)), conn_(std::move(c)), max_batch_(max_batch), scope_(scope), flow_(std::make_shared<flow>()) {
   flow_->owner = this;
 }
 
@@ -220,7 +219,7 @@ void redis_batcher::flush() {
   auto [argc, args] = b->call.finish();
   ++flow_->in_flight;
   const auto sent = std::chrono::steady_clock::now();
-  conn_->eval(argc, std::move(args), [b, ex = ex_, flow = flow_, sent](boost::system::error_code ec, const redisReply* r) {
+  conn_->eval(argc, std::move(args), [b, ex = ex_, flow = flow_, sent, scope = scope_](boost::system::error_code ec, const redisReply* r) {
     if (!ec) {
       auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - sent).count();
       flow->rtt_us += (us - flow->rtt_us) / 8;
@@ -230,11 +229,14 @@ void redis_batcher::flush() {
       w.ec = ec;
       if (!ec) b->call.decisions(w.slot, w.checks, w.out);
     }
-    // The requests go on from the event loop, not from inside hiredis' callback, and
-    // their upstream writes go out together (upstream/send_batch.hpp).
-    boost::asio::post(ex, [b] {
-      upstream::send_batch::collect sends(b->waiters.size() > 1);
-      for (auto& w : b->waiters) std::move(w.resume)(w.ec);
+    // The requests go on from the event loop, not from inside hiredis' callback, inside
+    // the owner's resume scope.
+    boost::asio::post(ex, [b, scope] {
+      auto resume = [](void* p) {
+        for (auto& w : static_cast<batch*>(p)->waiters) std::move(w.resume)(w.ec);
+      };
+      if (scope) scope(b->waiters.size(), resume, b.get());
+      else resume(b.get());
     });
     --flow->in_flight;
     if (flow->owner) flow->owner->schedule_flush();

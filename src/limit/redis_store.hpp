@@ -71,7 +71,12 @@ class script_call {
 // script. Per worker.
 class redis_batcher {
  public:
-  redis_batcher(boost::asio::any_io_executor ex, std::shared_ptr<redis::connection> c, std::size_t max_batch = 128);
+  // Runs `resume(arg)`, which resumes the `n` requests one reply answered, inside
+  // whatever scope the owner wants around them (the worker sends their upstream writes
+  // together: upstream/send_batch.hpp). Without one, they just resume.
+  using resume_scope = void (*)(std::size_t n, void (*resume)(void*), void* arg);
+  redis_batcher(boost::asio::any_io_executor ex, std::shared_ptr<redis::connection> c, std::size_t max_batch = 128,
+                resume_scope scope = nullptr);
   ~redis_batcher();
   // Evaluates `checks` (which, like `nonce` and `out`, must live until completion);
   // `out` (one decision per check) is filled before completion.
@@ -96,6 +101,7 @@ class redis_batcher {
   boost::asio::any_io_executor ex_;
   std::shared_ptr<redis::connection> conn_;
   std::size_t max_batch_;
+  resume_scope scope_;
   std::unique_ptr<batch> current_;
   bool flush_posted_ = false;
   std::shared_ptr<flow> flow_;

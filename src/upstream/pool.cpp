@@ -15,19 +15,24 @@ using asio::ip::tcp;
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
 void pool::configure(const std::vector<config::upstream_config>& upstreams) {
-  std::vector<slot> next(upstreams.size());
-  for (std::size_t i = 0; i < upstreams.size(); ++i) {
-    next[i].cfg = upstreams[i];
-    for (auto& old : slots_) {
-      if (old.cfg.name == upstreams[i].name && old.cfg.address.str() == upstreams[i].address.str()) {
-        next[i].idle = std::move(old.idle);
-        next[i].endpoints = std::move(old.endpoints);
-        next[i].resolved_at = old.resolved_at;
-      }
+  decltype(slots_) next;
+  for (const auto& u : upstreams) {
+    auto& n = next[u.name];
+    n.cfg = u;
+    auto old = slots_.find(u.name);
+    if (old != slots_.end() && old->second.cfg.address.str() == u.address.str()) {
+      n.idle = std::move(old->second.idle);
+      n.endpoints = std::move(old->second.endpoints);
+      n.resolved_at = old->second.resolved_at;
     }
-    if (next[i].idle.size() > next[i].cfg.max_idle) next[i].idle.resize(next[i].cfg.max_idle);
+    if (n.idle.size() > n.cfg.max_idle) n.idle.resize(n.cfg.max_idle);
   }
   slots_ = std::move(next);
+}
+
+pool::slot* pool::find(std::string_view name) {
+  auto it = slots_.find(name);
+  return it == slots_.end() ? nullptr : &it->second;
 }
 
 namespace {
@@ -47,28 +52,34 @@ bool still_usable(connection& c, std::chrono::steady_clock::time_point now) {
 
 }  // namespace
 
-connection_ptr pool::take_idle(std::size_t upstream, app::session_entry& session) {
-  auto& s = slots_.at(upstream);
-  auto now = app::coarse_now;
-  while (!s.idle.empty()) {
-    auto c = std::move(s.idle.back());
-    s.idle.pop_back();
+connection_ptr pool::take_idle(std::string_view upstream, deadline::entry& watch) {
+  auto* s = find(upstream);
+  if (!s) return nullptr;
+  auto now = deadline::coarse_now;
+  while (!s->idle.empty()) {
+    auto c = std::move(s->idle.back());
+    s->idle.pop_back();
     if (still_usable(*c, now)) {
       c->reused = true;
-      session.upstream = &c->socket;
+      watch.upstream = &c->socket;
       return c;
     }
   }
   return nullptr;
 }
 
-asio::awaitable<connection_ptr> pool::connect(std::size_t upstream, app::session_entry& session,
+asio::awaitable<connection_ptr> pool::connect(std::string_view upstream, deadline::entry& watch,
                                               boost::system::error_code& ec) {
-  auto& s = slots_.at(upstream);
-  auto cfg = s.cfg;  // slot may move during the awaits below (reload)
+  auto* s = find(upstream);
+  if (!s) {
+    ec = asio::error::not_found;
+    co_return nullptr;
+  }
+  const std::string name(upstream);  // the caller's view may not outlive a reload
+  auto cfg = s->cfg;
   auto now = std::chrono::steady_clock::now();
-  session.arm(cfg.connect_timeout);
-  if (s.endpoints.empty() || now - s.resolved_at > std::chrono::seconds(30)) {
+  watch.arm(cfg.connect_timeout);
+  if (s->endpoints.empty() || now - s->resolved_at > std::chrono::seconds(30)) {
     tcp::resolver resolver(ex_);
     auto port = std::to_string(cfg.address.port);
     auto [rec, results] = co_await resolver.async_resolve(cfg.address.host, port, tcp::resolver::numeric_service, use_tuple);
@@ -78,20 +89,26 @@ asio::awaitable<connection_ptr> pool::connect(std::size_t upstream, app::session
     }
     std::vector<tcp::endpoint> eps;
     for (const auto& r : results) eps.push_back(r.endpoint());
-    if (upstream < slots_.size() && slots_[upstream].cfg.name == cfg.name) {
-      slots_[upstream].endpoints = eps;
-      slots_[upstream].resolved_at = now;
+    // The slot may have gone (or changed) with a reload during the resolve.
+    if (s = find(name); s && s->cfg.address.str() == cfg.address.str()) {
+      s->endpoints = eps;
+      s->resolved_at = now;
     }
   }
-  auto eps = slots_.at(upstream).endpoints;
+  s = find(name);
+  if (!s || s->endpoints.empty()) {
+    ec = asio::error::not_found;
+    co_return nullptr;
+  }
+  auto eps = s->endpoints;
   auto c = std::make_unique<connection>(ex_);
-  session.upstream = &c->socket;
+  watch.upstream = &c->socket;
   auto [cec, ep] = co_await asio::async_connect(c->socket, eps, use_tuple);
   if (cec) {
-    session.upstream = nullptr;
-    ec = session.expired ? boost::system::error_code(asio::error::timed_out) : cec;
+    watch.upstream = nullptr;
+    ec = watch.expired ? boost::system::error_code(asio::error::timed_out) : cec;
     // Resolve again next time: the address may have moved.
-    if (upstream < slots_.size()) slots_[upstream].resolved_at = {};
+    if (s = find(name); s) s->resolved_at = {};
     co_return nullptr;
   }
   c->socket.set_option(tcp::no_delay(true), cec);
@@ -99,21 +116,21 @@ asio::awaitable<connection_ptr> pool::connect(std::size_t upstream, app::session
   co_return c;
 }
 
-void pool::release(std::size_t upstream, connection_ptr c) {
-  if (upstream >= slots_.size()) return;
-  auto& s = slots_[upstream];
+void pool::release(std::string_view upstream, connection_ptr c) {
+  auto* s = find(upstream);
   // Bytes after a complete response mean the upstream is out of step: never reuse.
-  if (s.idle.size() >= s.cfg.max_idle || c->buffer.size() != 0) return;
-  c->idle_since = app::coarse_now;
-  s.idle.push_back(std::move(c));
+  if (!s || s->idle.size() >= s->cfg.max_idle || c->buffer.size() != 0) return;
+  c->idle_since = deadline::coarse_now;
+  s->idle.push_back(std::move(c));
 }
 
 void pool::close_idle() {
-  for (auto& s : slots_) s.idle.clear();
+  for (auto& [name, s] : slots_) s.idle.clear();
 }
 
-std::size_t pool::idle_count(std::size_t upstream) const {
-  return upstream < slots_.size() ? slots_[upstream].idle.size() : 0;
+std::size_t pool::idle_count(std::string_view upstream) const {
+  auto it = slots_.find(upstream);
+  return it == slots_.end() ? 0 : it->second.idle.size();
 }
 
 }  // namespace fg::upstream

@@ -7,8 +7,12 @@
 #include <memory>
 #include <vector>
 
-#include "app/context.hpp"
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
 #include "config/config.hpp"
+#include "deadline/board.hpp"
 
 namespace fg::upstream {
 
@@ -22,9 +26,11 @@ struct connection {
 };
 using connection_ptr = std::unique_ptr<connection>;
 
-// Per-worker pools of keep-alive connections, one per upstream. Not thread-safe:
-// it belongs to one worker's event loop. The connection handed out is registered as
-// `session.upstream`, so the session's deadline covers it.
+// Per-worker pools of keep-alive connections, one per upstream, by upstream name (a
+// reload that keeps an upstream keeps its idle connections; one that changes its address
+// drops them). Not thread-safe: it belongs to one worker's event loop. The connection
+// handed out is registered as the deadline entry's `upstream`, so the session's
+// deadline covers it.
 class pool {
  public:
   explicit pool(boost::asio::any_io_executor ex) : ex_(std::move(ex)) {}
@@ -34,15 +40,15 @@ class pool {
   void configure(const std::vector<config::upstream_config>& upstreams);
 
   // An idle connection if one is alive, else null (then connect()).
-  connection_ptr take_idle(std::size_t upstream, app::session_entry& session);
+  connection_ptr take_idle(std::string_view upstream, deadline::entry& watch);
   // A fresh connection, never from the idle list (connect_timeout applies).
-  boost::asio::awaitable<connection_ptr> connect(std::size_t upstream, app::session_entry& session,
+  boost::asio::awaitable<connection_ptr> connect(std::string_view upstream, deadline::entry& watch,
                                                  boost::system::error_code& ec);
   // Return a connection whose last exchange completed cleanly.
-  void release(std::size_t upstream, connection_ptr c);
+  void release(std::string_view upstream, connection_ptr c);
 
   void close_idle();
-  std::size_t idle_count(std::size_t upstream) const;
+  std::size_t idle_count(std::string_view upstream) const;
 
  private:
   struct slot {
@@ -51,8 +57,15 @@ class pool {
     std::vector<boost::asio::ip::tcp::endpoint> endpoints;
     std::chrono::steady_clock::time_point resolved_at{};
   };
+  struct name_hash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  slot* find(std::string_view name);
   boost::asio::any_io_executor ex_;
-  std::vector<slot> slots_;
+  // Nodes stay put while others come and go: a slot outlives a connect's awaits unless
+  // a reload removes its upstream.
+  std::unordered_map<std::string, slot, name_hash, std::equal_to<>> slots_;
 };
 
 }  // namespace fg::upstream

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Fails when a file under src/ includes a header from a folder its layer may not use
-(the allowed graph is tests/layers/layers.txt), or when a listed known violation no
+(the allowed graph is src/layers.txt), or when a listed known violation no
 longer exists. Usage: check_layers.py [SRC_DIR] [LAYERS_FILE]"""
 import re
 import sys
@@ -8,7 +8,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SRC = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE.parent.parent / "src"
-LAYERS = Path(sys.argv[2]) if len(sys.argv) > 2 else HERE / "layers.txt"
+LAYERS = Path(sys.argv[2]) if len(sys.argv) > 2 else SRC / "layers.txt"
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/[^"]+"', re.M)
 
 

@@ -6,8 +6,8 @@
 #include "config/config.hpp"
 #include "routing/route_table.hpp"
 
-using fg::routing::normalize_host;
-using fg::routing::normalize_target_path;
+using fg::match::normalize_host;
+using fg::match::normalize_target_path;
 using fg::routing::route_table;
 
 namespace {

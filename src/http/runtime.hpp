@@ -7,7 +7,7 @@
 #include "net/client_ip.hpp"
 #include "routing/route_table.hpp"
 
-namespace fg::app {
+namespace fg::http {
 
 // Everything derived from one configuration snapshot. Immutable once built; a
 // request holds it from start to end, a reload swaps it.
@@ -32,4 +32,4 @@ struct runtime {
   static std::shared_ptr<const runtime> build(config::snapshot cfg);
 };
 
-}  // namespace fg::app
+}  // namespace fg::http

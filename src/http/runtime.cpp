@@ -1,10 +1,10 @@
-#include "app/runtime.hpp"
+#include "http/runtime.hpp"
 
 #include <algorithm>
 
 #include "util/text.hpp"
 
-namespace fg::app {
+namespace fg::http {
 
 std::shared_ptr<const runtime> runtime::build(config::snapshot cfg) {
   auto rt = std::make_shared<runtime>();
@@ -41,4 +41,4 @@ std::shared_ptr<const runtime> runtime::build(config::snapshot cfg) {
   return rt;
 }
 
-}  // namespace fg::app
+}  // namespace fg::http

@@ -1,0 +1,139 @@
+#include "http/admission.hpp"
+
+#include <boost/beast/core/string.hpp>
+#include <boost/url/parse.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "http/forwarder.hpp"
+#include "match/rules.hpp"
+#include "util/text.hpp"
+
+namespace fg::http {
+
+namespace bhttp = boost::beast::http;
+namespace beast = boost::beast;
+
+void admission::release_memory() {
+  for (auto* s : {&request_id, &path, &client_key, &abs_host, &abs_target}) std::string().swap(*s);
+  who = {};
+  std::vector<net::header_field>().swap(ip_fields);
+}
+
+namespace {
+
+// A field whose name with '_' for '-' is one the gateway reads or sets.
+bool interpreted_underscore(const runtime& rt, const bhttp::request_header<>& req, std::string_view peer) {
+  for (const auto& f : req) {
+    auto name = f.name_string();
+    if (f.name() != bhttp::field::unknown || name.find('_') == std::string_view::npos) continue;
+    // A configured identity header may itself be spelled with '_' (HTTP_CLIENT_IP).
+    if (std::any_of(rt.identity_fields.begin(), rt.identity_fields.end(),
+                    [&](const auto& h) { return beast::iequals(name, h); }))
+      continue;
+    for (const auto& h : rt.interpreted)
+      if (util::iequals_folded(name, h)) {
+        spdlog::debug("{}: rejected request: header '{}' reads as {} with '_' for '-'", peer, name, h);
+        return true;
+      }
+  }
+  return false;
+}
+
+// Absolute-form ("GET http://host/x"): its authority is the host (RFC 9112 §3.2.2),
+// and upstream gets origin-form with a Host to match, so both see one host.
+bool absolute_form(std::string_view target, admission& out) {
+  auto u = boost::urls::parse_absolute_uri(target);
+  if (!u || u->encoded_host().empty() || u->has_userinfo() || !valid_host(u->encoded_host_and_port())) return false;
+  out.abs_host.assign(u->encoded_host_and_port().data(), u->encoded_host_and_port().size());
+  out.abs_target.assign(u->encoded_target().data(), u->encoded_target().size());
+  if (out.abs_target.empty() || out.abs_target.front() != '/') out.abs_target.insert(0, "/");
+  return true;
+}
+
+// Identity: the peer unless it is a trusted proxy (then its forwarding headers).
+void identify(const runtime& rt, const bhttp::request_header<>& req, const peer_info& peer, admission& out) {
+  out.peer_trusted = rt.client_ip.is_trusted(peer.ip);
+  if (!out.peer_trusted) {
+    out.client_key.assign(peer.key);
+    return;
+  }
+  // All of them (the head's size bounds them): the last ones are what our proxy wrote,
+  // and a cap keeping the first would let a client push those out of sight.
+  out.ip_fields.clear();
+  for (const auto& f : req) {
+    for (const auto& name : rt.identity_fields)
+      if (beast::iequals(f.name_string(), name)) {
+        out.ip_fields.push_back({f.name_string(), f.value()});
+        break;
+      }
+  }
+  out.who = rt.client_ip.resolve(peer.ip, out.ip_fields);
+  out.client_key = out.who.key;
+}
+
+unsigned reject(const char* why, std::string_view peer) {
+  spdlog::debug("{}: rejected request: {}", peer, why);
+  return 400;
+}
+
+}  // namespace
+
+void admit(const runtime& rt, const bhttp::request_header<>& req, bool keep_alive, const peer_info& peer,
+           admission& out) {
+  const auto& cfg = *rt.cfg;
+  out.status = 0;
+  out.keep_alive = false;
+  out.body = {};
+  out.route = -1;
+  out.request_id.clear();
+  out.client_key.clear();
+  out.abs_host.clear();
+  out.abs_target.clear();
+  out.expect = {};
+  out.has_expect = out.has_upgrade = false;
+  // One pass over the fields for what this function needs (each find() is a tree walk).
+  std::string_view host, incoming_id;
+  bool has_host = false, underscore = false;
+  for (const auto& f : req) {
+    switch (f.name()) {
+      case bhttp::field::host: host = f.value(), has_host = true; break;
+      case bhttp::field::expect: out.expect = f.value(), out.has_expect = true; break;
+      case bhttp::field::upgrade: out.has_upgrade = true; break;
+      case bhttp::field::unknown:
+        if (incoming_id.empty() && beast::iequals(f.name_string(), "x-request-id"))
+          incoming_id = usable_request_id(f.value());
+        underscore = underscore || f.name_string().find('_') != std::string_view::npos;
+        break;
+      default: break;
+    }
+  }
+  if (!incoming_id.empty()) out.request_id.assign(incoming_id);
+  else make_request_id(out.request_id);
+
+  const char* why = "";
+  auto framing = check_request_framing(req, why);
+  if (!framing) return void(out.status = reject(why, peer.text));
+  out.framing = *framing;
+  if (has_host && !valid_host(host)) return void(out.status = reject("invalid Host", peer.text));
+  if (underscore && interpreted_underscore(rt, req, peer.text)) return void(out.status = 400);
+  if (!match::normalize_target_path(req.target(), out.path)) return void(out.status = 400);
+  if (cfg.http.max_body_bytes && out.framing.type == body_framing::kind::length &&
+      out.framing.length > cfg.http.max_body_bytes)
+    return void(out.status = 413);
+  if (req.target().front() != '/') {
+    if (!absolute_form(req.target(), out)) return void(out.status = 400);
+    host = out.abs_host;
+  }
+  out.route = rt.routes.match(host, req.method_string(), out.path);
+  if (out.route < 0) {
+    out.status = 404;
+    out.keep_alive = keep_alive && !out.has_body();
+    out.body = "{\"error\":\"no route\"}\n";
+    return;
+  }
+  identify(rt, req, peer, out);
+}
+
+}  // namespace fg::http

@@ -1,0 +1,54 @@
+#pragma once
+#include <boost/beast/http/message.hpp>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "http/framing.hpp"
+#include "http/runtime.hpp"
+#include "net/client_ip.hpp"
+
+namespace fg::http {
+
+// What a request head comes to before any I/O: a local answer (`status`, with its
+// keep-alive and body), or a route, a client identity and a body framing to go on
+// with. Kept by the session and reused request after request (strings keep capacity).
+struct admission {
+  unsigned status = 0;  // 0: admitted
+  bool keep_alive = false;
+  std::string_view body;
+  // Admitted:
+  int route = -1;
+  body_framing framing;
+  std::string_view expect;
+  bool has_expect = false;
+  bool has_upgrade = false;
+  bool peer_trusted = false;  // under this request's config snapshot
+  std::string request_id;
+  std::string path;        // normalized, for routing
+  std::string client_key;  // the identity limits count
+  std::string abs_host, abs_target;  // an absolute-form target's authority and origin-form
+  std::vector<net::header_field> ip_fields;  // the identity fields a trusted proxy sent
+  net::client_identity who;                  // the resolved client, when the peer is trusted
+
+  bool has_body() const { return framing.type != body_framing::kind::none; }
+  void release_memory();
+};
+
+// The peer as the session knows it; `key` is its identity key under `rt` (cached by
+// the session per snapshot: it depends on ipv6_prefix).
+struct peer_info {
+  const net::address& ip;
+  std::string_view text;
+  std::string_view key;
+};
+
+// Judges a parsed request head under `rt`: framing (RFC 9112), Host, '_' spellings of
+// interpreted fields, the target's path and authority, the route, and the client's
+// identity. Reads nothing but its arguments and writes only `out`.
+// `keep_alive`: the parser's reading of the request's.
+void admit(const runtime& rt, const boost::beast::http::request_header<>& req, bool keep_alive, const peer_info& peer,
+           admission& out);
+
+}  // namespace fg::http

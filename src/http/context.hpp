@@ -1,0 +1,45 @@
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "deadline/board.hpp"
+#include "http/runtime.hpp"
+#include "obs/logging.hpp"
+#include "util/block_pool.hpp"
+
+namespace fg::upstream { class pool; }
+namespace fg::limit { class decision_source; }
+namespace fg::obs { class access_log; }
+
+namespace fg::http {
+
+// Open downstream connections of the whole process, held against http.max_connections.
+struct connection_limit {
+  std::size_t max = 0;
+  std::atomic<std::size_t> open{0};
+  obs::periodic_count refused;  // reported in a log line every 5 s at most
+};
+
+// What a session needs from the worker that owns it. Lives on the worker's thread;
+// the worker fills it in and owns what it points to.
+struct worker_context {
+  // What a configuration swap rebuilds (a session holds `rt` for a whole request, so
+  // the others are swapped with it, between requests): the snapshot, the upstream pool
+  // (keyed by upstream name, so that pooled connections of upstreams that remain stay),
+  // the limits' decision source and the access log.
+  std::shared_ptr<const runtime> rt;
+  upstream::pool* pool = nullptr;
+  limit::decision_source* limits = nullptr;
+  std::shared_ptr<obs::access_log> access;
+
+  // For the worker's life.
+  deadline::board deadlines;                // every connection's current wait
+  connection_limit* connections = nullptr;  // shared by all workers
+  // Body buffers, lent to a session while it relays a body (see http::detail::body_chunk).
+  util::block_pool bodies{32 * 1024, 16};
+  bool draining = false;
+  unsigned id = 0;
+};
+
+}  // namespace fg::http

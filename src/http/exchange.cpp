@@ -1,0 +1,421 @@
+#include "http/session_impl.hpp"
+
+#include <boost/asio/write.hpp>
+#include <boost/beast/http/chunk_encode.hpp>
+#include <boost/beast/http/error.hpp>
+#include <spdlog/spdlog.h>
+
+#include <array>
+
+#include "http/forwarder.hpp"
+#include "http/tunnel.hpp"
+#include "obs/access_log.hpp"
+#include "http/upstream_failure.hpp"
+#include "upstream/send_batch.hpp"
+
+// The upstream exchange of one admitted request: send the request (head, then its body
+// streamed), read the response head (one retry on a stale pooled connection), relay the
+// body, or carry a WebSocket tunnel. Failures are mapped to answers in one place
+// (upstream_failure.hpp).
+namespace fg::http::detail {
+
+namespace {
+
+bool is_idempotent(bhttp::verb v) {
+  switch (v) {
+    case bhttp::verb::get: case bhttp::verb::head: case bhttp::verb::options:
+    case bhttp::verb::trace: case bhttp::verb::put: case bhttp::verb::delete_:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The buffers of one write of a body, either way: a head before it (if any), the piece
+// (in chunk framing when `chunked`), and the last chunk when `last` (chunked).
+class body_write {
+ public:
+  body_write(std::string_view head, const char* data, std::size_t n, bool chunked, bool last) {
+    if (!head.empty()) add(asio::buffer(head));
+    if (n && chunked) {
+      header_.emplace(n);
+      for (auto b : beast::buffers_range_ref(*header_)) add(b);
+    }
+    if (n) add(asio::buffer(data, n));
+    if (n && chunked) add(crlf_);
+    if (last && chunked)
+      for (auto b : beast::buffers_range_ref(last_)) add(b);
+  }
+  std::span<const asio::const_buffer> buffers() const { return {bufs_.data(), count_}; }
+
+ private:
+  template <class Buffers>
+  void add(const Buffers& b) {
+    for (auto x : beast::buffers_range_ref(b)) bufs_[count_++] = x;
+  }
+  void add(asio::const_buffer b) { bufs_[count_++] = b; }
+  std::optional<bhttp::chunk_header> header_;
+  bhttp::chunk_crlf crlf_;
+  bhttp::chunk_last<bhttp::chunk_crlf> last_ = bhttp::make_chunk_last();
+  std::array<asio::const_buffer, 10> bufs_;
+  std::size_t count_ = 0;
+};
+
+// Feeds buffered bytes to the parser without suspending. A result when done, nullopt
+// when the parser needs bytes from the socket. Body mode (`want_head` false,
+// buffer_body): done when some body bytes were produced, the body buffer is full, or
+// the message is complete. Head mode: done when the head is parsed.
+template <class Parser>
+std::optional<error_code> feed(beast::flat_buffer& b, Parser& p, std::size_t start, std::size_t& produced, bool want_head) {
+  while (b.size() > 0) {
+    error_code ec;
+    auto used = p.put(b.data(), ec);
+    b.consume(used);
+    if (want_head) {
+      if (p.is_header_done()) return error_code{};
+    } else {
+      produced = start - p.get().body().size;
+      if (ec == bhttp::error::need_buffer || p.is_done() || produced > 0) return error_code{};
+    }
+    if (ec && ec != bhttp::error::need_more) return ec;
+    if (used > 0 && !ec) continue;
+    if (b.size() >= b.max_size()) return error_code(bhttp::error::header_limit);
+    break;
+  }
+  return std::nullopt;
+}
+
+// Feeds already-buffered bytes to a parser, reading from the socket only when the
+// parser needs more (see feed). With `vet`, each byte read is also followed through a
+// chunked body's framing as it arrives, so a malformed one fails at once instead of
+// when the parser gives up.
+template <class Parser>
+asio::awaitable<error_code> read_into(deadline::entry& e, tcp::socket& s, beast::flat_buffer& b, Parser& p,
+                                      std::chrono::milliseconds timeout, std::size_t& produced, bool want_head,
+                                      chunk_vetter* vet = nullptr) {
+  std::size_t start = want_head ? 0 : p.get().body().size;
+  produced = 0;
+  for (;;) {
+    if (auto r = feed(b, p, start, produced, want_head)) co_return *r;
+    e.arm(timeout);
+    auto space = std::min<std::size_t>(b.max_size() - b.size(), 65536);
+    auto [ec, n] = co_await s.async_read_some(b.prepare(space), use_tuple);
+    if (ec == asio::error::eof) {
+      if (want_head) co_return error_code(b.size() ? bhttp::error::partial_message : bhttp::error::end_of_stream);
+      error_code eec;
+      p.put_eof(eec);
+      produced = start - p.get().body().size;
+      co_return eec ? error_code(bhttp::error::partial_message) : error_code{};
+    }
+    if (ec) co_return timed(e, ec);
+    b.commit(n);
+    if (vet && vet->feed(bytes_of(b).substr(b.size() - n)) == chunk_vetter::state::bad)
+      co_return error_code(bhttp::error::bad_chunk);
+  }
+}
+
+// A chunked body's framing is followed from its first byte: those already buffered
+// behind the head first (false if they are malformed), then each read's (read_into).
+bool start_vetting(chunk_vetter& v, const beast::flat_buffer& buffered) {
+  v.reset();
+  return v.feed(bytes_of(buffered)) != chunk_vetter::state::bad;
+}
+
+// A client-side read error of the request body, as the exchange's table knows it.
+error_code client_error(error_code ec) {
+  return make_error_code(ec == beast::error::timeout ? body_errc::timeout : body_errc::malformed);
+}
+
+// How the response goes to the client: its framing there, and whether upstream's
+// connection can be reused after it.
+struct response_plan {
+  response_context rc;
+  bool body_expected = true;
+  bool up_close_delimited = false;
+};
+
+response_plan plan_response(const bhttp::request_header<>& req, bool req_keep_alive, response_parser& rp,
+                            bool draining) {
+  response_plan p;
+  auto& rc = p.rc;
+  const unsigned status = rp.get().result_int();
+  const bool head = req.method() == bhttp::verb::head;
+  rc.client_version = req.version();
+  rc.keep_alive = req_keep_alive && !draining;
+  p.body_expected = !(head || status == 204 || status == 304 || status == 101);
+  if (!p.body_expected) {
+    rc.framing = response_framing::none;
+    // A HEAD answer keeps the upstream's Content-Length as information.
+    if (head && rp.content_length()) {
+      rc.framing = response_framing::length;
+      rc.length = *rp.content_length();
+    }
+  } else if (rp.chunked()) {
+    rc.framing = req.version() >= 11 ? response_framing::chunked : response_framing::close_delimited;
+  } else if (rp.content_length()) {
+    rc.framing = response_framing::length;
+    rc.length = *rp.content_length();
+  } else {
+    p.up_close_delimited = true;
+    rc.framing = req.version() >= 11 ? response_framing::chunked : response_framing::close_delimited;
+  }
+  if (rc.framing == response_framing::close_delimited) rc.keep_alive = false;
+  return p;
+}
+
+}  // namespace
+
+auto session::write_up(upstream::connection& up, std::span<const asio::const_buffer> bufs,
+                       std::chrono::milliseconds timeout) {
+  watch_->arm(timeout);
+  return asio::async_initiate<decltype(use_tuple), void(error_code, std::size_t)>(
+      [&up, bufs](auto handler) {
+        // Resumed with a batch from Redis: the batch's writes go out together.
+        if (auto* batch = upstream::send_batch::current()) batch->add(up.socket, bufs, std::move(handler));
+        else asio::async_write(up.socket, bufs, std::move(handler));
+      },
+      use_tuple);
+}
+
+void session::build_request_head(const config::route_config& route, bool upgrade) {
+  const auto& cfg = *rt_->cfg;
+  head_out_.clear();
+  forward_context fc;
+  fc.peer_ip = peer_str_;
+  fc.peer_trusted = ad_.peer_trusted;
+  fc.request_id = ad_.request_id;
+  fc.upgrade = upgrade;
+  fc.framing = ad_.framing;
+  fc.target = ad_.abs_target;
+  fc.host = ad_.abs_host;
+  fc.default_host = rt_->upstream_hosts[route.upstream_index];
+  const bool full_chain = cfg.client_ip.forward_chain == config::client_ip_config::chain::full;
+  if (ad_.peer_trusted) {
+    rt_->client_ip.forwarding(peer_, peer_str_, ad_.ip_fields, ad_.who, full_chain, xff_, forwarded_);
+    fc.xff = xff_;
+    fc.forwarded = forwarded_;
+    if (ad_.who.from_header) client_ip_text_ = ad_.who.ip.to_string();
+  }
+  fc.client_header = cfg.client_ip.forward;
+  fc.client_ip = ad_.peer_trusted && ad_.who.from_header ? std::string_view(client_ip_text_) : std::string_view(peer_str_);
+  if (!ad_.peer_trusted) fc.drop = rt_->untrusted_drop;
+  else if (!full_chain) fc.drop = rt_->identity_fields;
+  build_upstream_request(parser_->get().base(), fc, head_out_);
+}
+
+asio::awaitable<session::outcome> session::forward() {
+  auto& req = parser_->get();
+  const auto& cfg = *rt_->cfg;
+  const auto& route = cfg.routes[static_cast<std::size_t>(ad_.route)];
+  const auto& up_cfg = cfg.upstreams[route.upstream_index];
+  const bool upgrade = ad_.has_upgrade && !ad_.has_body() && is_upgrade_request(req.base());
+  build_request_head(route, upgrade);
+  // The first piece of the body is read before upstream is contacted: a malformed
+  // body is rejected with upstream having received nothing.
+  std::size_t piece = 0;
+  if (ad_.framing.type == body_framing::kind::chunked && !start_vetting(vetter_, buffer_)) {
+    spdlog::debug("{}: rejected request: {}", peer_str_, vetter_.error());
+    co_return co_await send_local(400, false);
+  }
+  if (ad_.has_body()) {
+    req.body().data = body_buf();
+    req.body().size = body_chunk;
+    auto* vet = ad_.framing.type == body_framing::kind::chunked ? &vetter_ : nullptr;
+    auto ec = co_await read_into(*watch_, socket_, buffer_, *parser_, cfg.http.idle_timeout, piece, false, vet);
+    if (ec) co_return co_await send_local(ec == beast::error::timeout ? 408 : 400, false);
+  }
+  const bool timing = ctx_.access && ctx_.access->enabled();
+  auto t0 = timing ? clock::now() : clock::time_point{};
+  upstream::connection_ptr up;
+  // Declared after `up`, so destroyed before it: the sweeper never sees a freed socket.
+  struct forget_upstream {
+    deadline::entry& e;
+    ~forget_upstream() { e.upstream = nullptr; }
+  } forget{*watch_};
+  const bool retry_safe = is_idempotent(req.method()) && !ad_.has_body();
+  if (auto status = co_await exchange(up, up_cfg, piece, retry_safe)) co_return co_await send_local(status, false);
+  if (timing) upstream_ms_ = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+  const unsigned status = rp_->get().result_int();
+  // Only a WebSocket upgrade we asked for becomes a tunnel: anything else would carry
+  // the connection's later requests past routing and limits.
+  if (status == 101 && (!upgrade || !is_websocket_response(rp_->get().base()))) {
+    spdlog::warn("upstream {}: unexpected 101 to a request that did not ask for a WebSocket upgrade", up_cfg.name);
+    co_return co_await send_local(502, false);
+  }
+  if (status == 101) co_return co_await run_upgrade(*up, status);
+  bool reusable = false;
+  auto o = co_await relay_response(*up, up_cfg, reusable);
+  watch_->upstream = nullptr;
+  // An upgrade the upstream declined may leave it expecting another protocol: not reused.
+  if (reusable && !upgrade) ctx_.pool->release(up_cfg.name, std::move(up));
+  co_return o;
+}
+
+// 0: the response head is in rp_; else the status to answer.
+asio::awaitable<unsigned> session::exchange(upstream::connection_ptr& up, const config::upstream_config& cfg,
+                                            std::size_t piece, bool retry_safe) {
+  exchange_state st;
+  st.retry_safe = retry_safe;
+  const bool chunked = ad_.framing.type == body_framing::kind::chunked;
+  for (;; st.first = false) {
+    error_code ec;
+    auto at = stage::connect;
+    // (GCC 12: no co_await inside a conditional expression.)
+    if (st.first) up = ctx_.pool->take_idle(cfg.name, *watch_);
+    if (!up) up = co_await ctx_.pool->connect(cfg.name, *watch_, ec);
+    if (up) {
+      // Head and first body piece in one write.
+      at = stage::send;
+      st.reused = up->reused;
+      body_write w(head_out_, body_buf_.get(), piece, chunked, chunked && parser_->is_done());
+      auto [wec, n] = co_await write_up(*up, w.buffers(), cfg.response_timeout);
+      ec = timed(*watch_, wec);
+    }
+    if (!ec && ad_.has_body()) {
+      bytes_in_ += piece;
+      ec = co_await send_rest_of_body(*up, cfg);
+      if (ec && ec.category() == body_category()) at = stage::request_body;
+    }
+    if (!ec) {
+      at = stage::response_head;
+      ec = co_await read_response_head(*up, cfg);
+    }
+    if (!ec) co_return 0;
+    auto action = on_failure(at, ec, st);
+    if (action.retry) {
+      watch_->upstream = nullptr;
+      up.reset();
+      continue;
+    }
+    if (action.upstream) spdlog::warn("upstream {} ({}): {}: {}", cfg.name, cfg.address.str(), describe(at, ec), ec.message());
+    else spdlog::debug("{}: {}: {}", peer_str_, describe(at, ec), ec.message());
+    co_return action.status;
+  }
+}
+
+// The rest of the request body, streamed; the client's errors come back as body_errc.
+asio::awaitable<error_code> session::send_rest_of_body(upstream::connection& up, const config::upstream_config& cfg) {
+  const auto& http = rt_->cfg->http;
+  const bool chunked = ad_.framing.type == body_framing::kind::chunked;
+  auto* vet = chunked ? &vetter_ : nullptr;
+  auto& req = parser_->get();
+  auto too_large = [&] { return http.max_body_bytes && bytes_in_ > http.max_body_bytes; };
+  bool last_sent = !chunked || parser_->is_done();  // went with the first piece
+  while (!parser_->is_done()) {
+    if (too_large()) co_return make_error_code(body_errc::too_large);
+    req.body().data = body_buf();
+    req.body().size = body_chunk;
+    std::size_t piece = 0;
+    auto ec = co_await read_into(*watch_, socket_, buffer_, *parser_, http.idle_timeout, piece, false, vet);
+    // Upstream sees an incomplete message and a closed connection, never a second one.
+    if (ec) co_return client_error(ec);
+    if (!piece && !parser_->is_done()) continue;
+    bytes_in_ += piece;
+    last_sent = !chunked || parser_->is_done();
+    body_write w({}, body_buf_.get(), piece, chunked, last_sent);
+    auto [wec, n] = co_await write_up(up, w.buffers(), cfg.response_timeout);
+    if (auto tec = timed(*watch_, wec)) co_return tec;
+  }
+  if (too_large()) co_return make_error_code(body_errc::too_large);
+  if (!last_sent) {
+    body_write w({}, nullptr, 0, true, true);
+    auto [wec, n] = co_await write_up(up, w.buffers(), cfg.response_timeout);
+    co_return timed(*watch_, wec);
+  }
+  co_return error_code{};
+}
+
+// Response head; 1xx other than 101 are consumed here. The parser lives in the session,
+// not in a coroutine frame: Asio recycles frames only up to ~1 KiB, a larger frame
+// costs a malloc per request.
+asio::awaitable<error_code> session::read_response_head(upstream::connection& up, const config::upstream_config& cfg) {
+  for (;;) {
+    rp_.emplace();
+    rp_->header_limit(64 * 1024);
+    rp_->body_limit(boost::none);
+    if (parser_->get().method() == bhttp::verb::head) rp_->skip(true);
+    std::size_t unused = 0;
+    auto ec = co_await read_into(*watch_, up.socket, up.buffer, *rp_, cfg.response_timeout, unused, true);
+    if (ec) co_return ec;
+    auto code = rp_->get().result_int();
+    if (code < 100 || code >= 200 || code == 101) co_return ec;
+  }
+}
+
+asio::awaitable<session::outcome> session::relay_response(upstream::connection& up, const config::upstream_config& cfg,
+                                                         bool& reusable) {
+  const auto& req = parser_->get();
+  auto& res = rp_->get();
+  const unsigned status = res.result_int();
+  auto plan = plan_response(req.base(), parser_->keep_alive(), *rp_, ctx_.draining);
+  // An upstream's chunked framing is followed as it arrives too: malformed, it is a
+  // 502 (or a cut connection) at once, not a wait for the response timeout.
+  chunk_vetter* vet = plan.body_expected && rp_->chunked() ? &vetter_ : nullptr;
+  if (vet && !start_vetting(vetter_, up.buffer)) {
+    spdlog::warn("upstream {}: bad chunked response: {}", cfg.name, vetter_.error());
+    co_return co_await send_local(502, false);
+  }
+  plan.rc.extra = limits_.headers;
+  head_out_.clear();
+  build_downstream_response(res.base(), plan.rc, head_out_);
+  const bool down_chunked = plan.rc.framing == response_framing::chunked;
+  char* buf = body_buf();
+  exchange_state st;
+  bool complete = !plan.body_expected;
+  do {
+    std::size_t piece = 0;
+    error_code ec;
+    if (!complete) {
+      res.body().data = buf;
+      res.body().size = body_chunk;
+      if (auto r = feed(up.buffer, *rp_, body_chunk, piece, false)) ec = *r;
+      else ec = co_await read_into(*watch_, up.socket, up.buffer, *rp_, cfg.response_timeout, piece, false, vet);
+      complete = !ec && rp_->is_done();
+    }
+    if (ec) {
+      // Mid-response failure: close without completing the framing, so the client
+      // can tell the response is truncated.
+      auto action = on_failure(stage::response_body, ec, st);
+      spdlog::warn("upstream {}: {}: {}", cfg.name, describe(stage::response_body, ec), ec.message());
+      if (action.status) co_return co_await send_local(action.status, false);
+      log_request(status);
+      co_return outcome::closed;
+    }
+    body_write w(st.response_begun ? std::string_view{} : std::string_view(head_out_), buf, piece, down_chunked,
+                 complete && down_chunked);
+    if (w.buffers().empty()) continue;
+    auto [dec, dn] = co_await write_down(w.buffers());
+    if (timed(*watch_, dec)) co_return outcome::closed;
+    st.response_begun = true;
+    bytes_out_ += piece;
+  } while (!complete);
+  log_request(status);
+  reusable = rp_->keep_alive() && !plan.up_close_delimited;
+  co_return plan.rc.keep_alive ? outcome::keep_going : outcome::close;
+}
+
+// A WebSocket upgrade the upstream accepted: the 101 goes down, then both ways are
+// carried as bytes until either side ends. Concurrency leases are held for the tunnel's
+// life, renewed well before they expire; one access-log line when it ends.
+asio::awaitable<session::outcome> session::run_upgrade(upstream::connection& up, unsigned status) {
+  auto plan = plan_response(parser_->get().base(), parser_->keep_alive(), *rp_, ctx_.draining);
+  plan.rc.upgrade = true;
+  plan.rc.keep_alive = false;
+  plan.rc.extra = limits_.headers;
+  head_out_.clear();
+  build_downstream_response(rp_->get().base(), plan.rc, head_out_);
+  std::array<asio::const_buffer, 1> bufs{asio::buffer(head_out_)};
+  auto [dec, dn] = co_await write_down(bufs);
+  if (timed(*watch_, dec)) co_return outcome::closed;
+  std::function<void()> renew;
+  const auto every = std::chrono::milliseconds(limit::renewal_interval_ms(limits_));
+  if (every.count() > 0) renew = [this] { limits_.holder->renew(limits_); };
+  auto stats = co_await run_tunnel(*watch_, socket_, buffer_, up.socket, up.buffer, rt_->cfg->http.idle_timeout,
+                                   std::move(renew), every);
+  bytes_in_ += stats.down_to_up;
+  bytes_out_ += stats.up_to_down;
+  log_request(status);
+  co_return outcome::closed;
+}
+
+}  // namespace fg::http::detail

@@ -1,0 +1,72 @@
+#include "http/upstream_failure.hpp"
+
+#include <boost/asio/error.hpp>
+#include <boost/beast/core/error.hpp>
+#include <boost/beast/http/error.hpp>
+
+namespace fg::http {
+
+namespace {
+
+struct body_category_impl final : boost::system::error_category {
+  const char* name() const noexcept override { return "request body"; }
+  std::string message(int e) const override {
+    switch (static_cast<body_errc>(e)) {
+      case body_errc::too_large: return "request body over http.max_body_bytes";
+      case body_errc::timeout: return "request body timed out";
+      case body_errc::malformed: return "malformed request body";
+    }
+    return "request body error";
+  }
+};
+
+bool timed_out(boost::system::error_code ec) {
+  return ec == boost::beast::error::timeout || ec == boost::asio::error::timed_out;
+}
+
+// The peer closed (or reset) a pooled connection before answering anything: the
+// request can go again on a fresh one.
+bool nothing_received(boost::system::error_code ec) {
+  namespace bhttp = boost::beast::http;
+  return ec == bhttp::error::end_of_stream || ec == boost::asio::error::connection_reset ||
+         ec == boost::asio::error::eof;
+}
+
+}  // namespace
+
+const boost::system::error_category& body_category() {
+  static const body_category_impl c;
+  return c;
+}
+
+failure_action on_failure(stage at, boost::system::error_code ec, const exchange_state& s) {
+  const bool may_retry = s.reused && s.retry_safe && s.first;
+  switch (at) {
+    case stage::connect: return {false, 502};
+    case stage::send: return may_retry ? failure_action{true, 0} : failure_action{false, 502};
+    case stage::request_body:
+      if (ec == body_errc::too_large) return {false, 413, false};
+      return {false, ec == body_errc::timeout ? 408u : 400u, false};
+    case stage::response_head:
+      if (timed_out(ec)) return {false, 504};
+      if (may_retry && nothing_received(ec)) return {true, 0};
+      return {false, 502};
+    case stage::response_body:
+      if (s.response_begun) return {false, 0};
+      return {false, timed_out(ec) ? 504u : 502u};
+  }
+  return {false, 502};
+}
+
+const char* describe(stage at, boost::system::error_code ec) {
+  switch (at) {
+    case stage::connect: return "connect failed";
+    case stage::send: return "write failed";
+    case stage::request_body: return "request body aborted";
+    case stage::response_head: return timed_out(ec) ? "no response in time" : "bad or missing response";
+    case stage::response_body: return "response aborted";
+  }
+  return "failed";
+}
+
+}  // namespace fg::http

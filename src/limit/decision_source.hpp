@@ -1,0 +1,93 @@
+#pragma once
+#include <boost/asio/awaitable.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "limit/decision.hpp"
+
+namespace fg::config { struct route_config; }
+
+// The one thing a session asks about a request's limits (Envoy's limiter client is the
+// model: OK / over limit / error). Behind it: the memory store, Redis (batched script
+// calls), and a policy decorator that owns the deny cache, on_store_error, shadow
+// limits and the rate-limited error log. The session never sees a store.
+namespace fg::limit {
+
+class decision_source;
+
+// One request's limits, from the question to the release of its leases. Kept by the
+// session and reused request after request (the strings keep their capacity).
+struct limit_call {
+  const config::route_config* route = nullptr;
+  std::string_view client;  // the client's key, for log lines
+  std::vector<check> checks;
+  std::vector<decision> decisions;  // one per check, filled by the source
+  // Set by the sources.
+  std::uint64_t lease = 0;  // names this request's concurrency leases in the memory store
+  std::int64_t now = 0;     // the memory store's clock when the limits were asked
+  std::string nonce;        // names its sliding_log entries and leases in Redis
+  std::string headers;      // rate-limit header lines for the answer, 429 or upstream's
+  decision_source* holder = nullptr;  // the source holding its concurrency leases, if any
+
+  // An idle connection keeps no capacity.
+  void release_memory() {
+    std::vector<check>().swap(checks);
+    std::vector<decision>().swap(decisions);
+    std::string().swap(nonce);
+    std::string().swap(headers);
+  }
+};
+
+enum class status {
+  ok,          // go on (allowed, or the policy lets it through)
+  over_limit,  // answer the route's 429 with call.headers
+  error,       // the store failed and on_store_error is deny: answer 503
+  pending,     // ask again with wait() and finish()
+};
+
+class decision_source {
+ public:
+  virtual ~decision_source() = default;
+  // Decides at once where it can (memory, the deny cache); else pending.
+  virtual status start(limit_call& c) = 0;
+  // After pending: the store's answer, awaited with no coroutine frame of its own.
+  virtual boost::asio::awaitable<std::tuple<boost::system::error_code>> wait(limit_call& c);
+  // After wait(), with its error.
+  virtual status finish(limit_call& c, boost::system::error_code ec);
+  // Gives back the call's concurrency leases (called through holder).
+  virtual void release(limit_call& c) = 0;
+  // While a tunnel lasts, its leases' lifetimes start again (called through holder).
+  virtual void renew(limit_call& c) = 0;
+  // The recent round trip to the store, in whole ms (0 for memory).
+  virtual std::int64_t round_trip_ms() const { return 0; }
+};
+
+// Gives back a call's concurrency leases when it goes out of scope: a request that
+// ends in any way, a throw included, holds none afterwards.
+class lease_guard {
+ public:
+  explicit lease_guard(limit_call& c) : c_(c) {}
+  ~lease_guard() { release(c_); }
+  lease_guard(const lease_guard&) = delete;
+  lease_guard& operator=(const lease_guard&) = delete;
+  static void release(limit_call& c) {
+    if (auto* h = std::exchange(c.holder, nullptr)) h->release(c);
+  }
+
+ private:
+  limit_call& c_;
+};
+
+// How often a held call's leases are renewed while a tunnel lasts: a third of the
+// shortest lease lifetime, at least 10 ms (0: no lease held).
+std::int64_t renewal_interval_ms(const limit_call& c);
+// Whether check i holds a concurrency lease (an allowed concurrency check).
+bool holds_lease(const limit_call& c, std::size_t i);
+
+}  // namespace fg::limit

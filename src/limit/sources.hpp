@@ -1,0 +1,51 @@
+#pragma once
+#include <memory>
+#include <string>
+
+#include "limit/decision_source.hpp"
+
+namespace fg::redis { class connection; }
+
+namespace fg::limit {
+
+class memory_store;
+class redis_batcher;
+
+// Decisions from the in-process store (shared by all workers): always at once.
+class memory_source final : public decision_source {
+ public:
+  explicit memory_source(memory_store& store) : store_(store) {}
+  status start(limit_call& c) override;
+  void release(limit_call& c) override;
+  void renew(limit_call& c) override;
+
+ private:
+  memory_store& store_;
+};
+
+// Decisions from Redis: one script call for the requests of an event-loop turn (see
+// redis_batcher). Per worker; `nonce_prefix` is random per process.
+class redis_source final : public decision_source {
+ public:
+  redis_source(redis_batcher& batcher, std::shared_ptr<redis::connection> conn, std::string nonce_prefix);
+  status start(limit_call& c) override;
+  boost::asio::awaitable<std::tuple<boost::system::error_code>> wait(limit_call& c) override;
+  status finish(limit_call& c, boost::system::error_code ec) override;
+  void release(limit_call& c) override;
+  void renew(limit_call& c) override;
+  std::int64_t round_trip_ms() const override;
+  // Lets go of the connection (the worker is shutting down): releases and renewals are
+  // dropped from now on.
+  void detach() { conn_.reset(); }
+
+ private:
+  redis_batcher& batcher_;
+  std::shared_ptr<redis::connection> conn_;
+  std::string nonce_prefix_;
+};
+
+// What the decisions of a call that the store answered come to: over_limit when a limit
+// not in shadow mode denies, else ok (and then `source` holds the call's leases).
+status judged(limit_call& c, decision_source* source);
+
+}  // namespace fg::limit
