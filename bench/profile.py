@@ -12,6 +12,7 @@ Same set-up as bench/bench.py (nginx origin, nginx plain proxy, floodgate with i
 routes, redis-server beside wrk). Needs linux-perf (syscalls) or valgrind (callgrind):
     apt-get install -y linux-perf valgrind
 Build floodgate first (bench/run.sh does); FLOODGATE_BIN picks another binary."""
+import os
 import re
 import shutil
 import signal
@@ -133,6 +134,11 @@ def callgrind(paths):
             time.sleep(0.5)
             dumps = sorted(s.work.glob("callgrind.out.*"), key=lambda f: f.stat().st_mtime)
             text = dumps[-1].read_text(errors="replace") if dumps else ""
+            # CALLGRIND_KEEP=DIR keeps each path's dump there, for callgrind_annotate.
+            if dumps and os.environ.get("CALLGRIND_KEEP"):
+                keep = Path(os.environ["CALLGRIND_KEEP"])
+                keep.mkdir(parents=True, exist_ok=True)
+                shutil.copy(dumps[-1], keep / ("callgrind" + path.replace("/", "_") + ".out"))
             m = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
             if not m:
                 sys.exit("callgrind wrote no dump")

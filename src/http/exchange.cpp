@@ -1,7 +1,6 @@
 #include "http/session_impl.hpp"
 
 #include <boost/asio/write.hpp>
-#include <boost/beast/http/chunk_encode.hpp>
 #include <boost/beast/http/error.hpp>
 #include <spdlog/spdlog.h>
 
@@ -30,36 +29,6 @@ bool is_idempotent(bhttp::verb v) {
       return false;
   }
 }
-
-// The buffers of one write of a body, either way: a head before it (if any), the piece
-// (in chunk framing when `chunked`), and the last chunk when `last` (chunked).
-class body_write {
- public:
-  body_write(std::string_view head, const char* data, std::size_t n, bool chunked, bool last) {
-    if (!head.empty()) add(asio::buffer(head));
-    if (n && chunked) {
-      header_.emplace(n);
-      for (auto b : beast::buffers_range_ref(*header_)) add(b);
-    }
-    if (n) add(asio::buffer(data, n));
-    if (n && chunked) add(crlf_);
-    if (last && chunked)
-      for (auto b : beast::buffers_range_ref(last_)) add(b);
-  }
-  std::span<const asio::const_buffer> buffers() const { return {bufs_.data(), count_}; }
-
- private:
-  template <class Buffers>
-  void add(const Buffers& b) {
-    for (auto x : beast::buffers_range_ref(b)) bufs_[count_++] = x;
-  }
-  void add(asio::const_buffer b) { bufs_[count_++] = b; }
-  std::optional<bhttp::chunk_header> header_;
-  bhttp::chunk_crlf crlf_;
-  bhttp::chunk_last<bhttp::chunk_crlf> last_ = bhttp::make_chunk_last();
-  std::array<asio::const_buffer, 10> bufs_;
-  std::size_t count_ = 0;
-};
 
 // Feeds buffered bytes to the parser without suspending. A result when done, nullopt
 // when the parser needs bytes from the socket. Body mode (`want_head` false,
@@ -203,94 +172,115 @@ void session::build_request_head(const config::route_config& route, bool upgrade
   build_upstream_request(parser_->get().base(), fc, head_out_);
 }
 
-asio::awaitable<session::outcome> session::forward() {
+// The first piece of a body is read before upstream is contacted: a malformed body is
+// rejected with upstream having received nothing. 0, the status to answer, or 1 when the
+// client is gone. A client that expects 100-continue is told to go on first.
+asio::awaitable<unsigned> session::read_first_piece(std::size_t& piece) {
   auto& req = parser_->get();
+  if (ad_.has_expect && req.version() >= 11) {
+    static constexpr std::string_view cont = "HTTP/1.1 100 Continue\r\n\r\n";
+    std::array<asio::const_buffer, 1> bufs{asio::buffer(cont)};
+    auto [ec, n] = co_await write_down(bufs);
+    if (timed(*watch_, ec)) co_return 1;
+  }
+  const bool chunked = ad_.framing.type == body_framing::kind::chunked;
+  if (chunked && !start_vetting(vetter_, buffer_)) {
+    spdlog::debug("{}: rejected request: {}", peer_str_, vetter_.error());
+    co_return 400;
+  }
+  req.body().data = body_buf();
+  req.body().size = body_chunk;
+  auto ec = co_await read_into(*watch_, socket_, buffer_, *parser_, rt_->cfg->http.idle_timeout, piece, false,
+                               chunked ? &vetter_ : nullptr);
+  if (ec) co_return ec == beast::error::timeout ? 408 : 400;
+  // Over the limit already: refused with upstream having received nothing.
+  const auto max = rt_->cfg->http.max_body_bytes;
+  co_return max && piece > max ? 413 : 0;
+}
+
+void session::log_failure(const config::upstream_config& cfg, stage at, error_code ec, bool upstream_fault) const {
+  if (upstream_fault) spdlog::warn("upstream {} ({}): {}: {}", cfg.name, cfg.address.str(), describe(at, ec), ec.message());
+  else spdlog::debug("{}: {}: {}", peer_str_, describe(at, ec), ec.message());
+}
+
+// Send the request, read the response head (one retry on a stale pooled connection),
+// then relay the response or carry the upgraded connection. One coroutine frame for the
+// whole exchange: a plain GET costs no more frames than this and the relay.
+asio::awaitable<session::outcome> session::forward() {
+  const auto& req = parser_->get();
   const auto& cfg = *rt_->cfg;
   const auto& route = cfg.routes[static_cast<std::size_t>(ad_.route)];
   const auto& up_cfg = cfg.upstreams[route.upstream_index];
   const bool upgrade = ad_.has_upgrade && !ad_.has_body() && is_upgrade_request(req.base());
   build_request_head(route, upgrade);
-  // The first piece of the body is read before upstream is contacted: a malformed
-  // body is rejected with upstream having received nothing.
   std::size_t piece = 0;
-  if (ad_.framing.type == body_framing::kind::chunked && !start_vetting(vetter_, buffer_)) {
-    spdlog::debug("{}: rejected request: {}", peer_str_, vetter_.error());
-    co_return co_await send_local(400, false);
-  }
+  if (ad_.has_expect && !beast::iequals(ad_.expect, "100-continue")) co_return co_await send_local(417, false);
   if (ad_.has_body()) {
-    req.body().data = body_buf();
-    req.body().size = body_chunk;
-    auto* vet = ad_.framing.type == body_framing::kind::chunked ? &vetter_ : nullptr;
-    auto ec = co_await read_into(*watch_, socket_, buffer_, *parser_, cfg.http.idle_timeout, piece, false, vet);
-    if (ec) co_return co_await send_local(ec == beast::error::timeout ? 408 : 400, false);
+    const unsigned refused = co_await read_first_piece(piece);
+    if (refused == 1) co_return outcome::closed;
+    if (refused) co_return co_await send_local(refused, false);
   }
   const bool timing = ctx_.access && ctx_.access->enabled();
-  auto t0 = timing ? clock::now() : clock::time_point{};
+  const auto t0 = timing ? clock::now() : clock::time_point{};
   upstream::connection_ptr up;
   // Declared after `up`, so destroyed before it: the sweeper never sees a freed socket.
   struct forget_upstream {
     deadline::entry& e;
     ~forget_upstream() { e.upstream = nullptr; }
   } forget{*watch_};
-  const bool retry_safe = is_idempotent(req.method()) && !ad_.has_body();
-  if (auto status = co_await exchange(up, up_cfg, piece, retry_safe)) co_return co_await send_local(status, false);
+  exchange_state st;
+  st.retry_safe = is_idempotent(req.method()) && !ad_.has_body();
+  for (;; st.first = false) {
+    error_code ec;
+    auto at = stage::connect;
+    // (GCC 12: no co_await inside a conditional expression.)
+    if (st.first) up = ctx_.pool->take_idle(up_cfg.name, *watch_);
+    if (!up) up = co_await ctx_.pool->connect(up_cfg.name, *watch_, ec);
+    if (up) {
+      // Head and first body piece in one write.
+      at = stage::send;
+      st.reused = up->reused;
+      const bool chunked = ad_.framing.type == body_framing::kind::chunked;
+      auto bufs = writes_.assign(head_out_, body_buf_.get(), piece, chunked, chunked && parser_->is_done());
+      auto [wec, n] = co_await write_up(*up, bufs, up_cfg.response_timeout);
+      ec = timed(*watch_, wec);
+    }
+    if (!ec && ad_.has_body()) {
+      bytes_in_ += piece;
+      ec = co_await send_rest_of_body(*up, up_cfg);
+      if (ec && ec.category() == body_category()) at = stage::request_body;
+    }
+    // The response head; 1xx other than 101 are read past.
+    for (bool more = !ec; more;) {
+      at = stage::response_head;
+      prepare_response_parser();
+      std::size_t unused = 0;
+      ec = co_await read_into(*watch_, up->socket, up->buffer, *rp_, up_cfg.response_timeout, unused, true);
+      const auto code = rp_->get().result_int();
+      more = !ec && code >= 100 && code < 200 && code != 101;
+    }
+    if (!ec) break;
+    auto action = on_failure(at, ec, st);
+    watch_->upstream = nullptr;
+    up.reset();
+    if (action.retry) continue;
+    log_failure(up_cfg, at, ec, action.upstream);
+    co_return co_await send_local(action.status, false);
+  }
   if (timing) upstream_ms_ = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
-  const unsigned status = rp_->get().result_int();
   // Only a WebSocket upgrade we asked for becomes a tunnel: anything else would carry
   // the connection's later requests past routing and limits.
-  if (status == 101 && (!upgrade || !is_websocket_response(rp_->get().base()))) {
+  if (rp_->get().result_int() == 101) {
+    if (upgrade && is_websocket_response(rp_->get().base())) co_return co_await run_upgrade(*up, 101);
     spdlog::warn("upstream {}: unexpected 101 to a request that did not ask for a WebSocket upgrade", up_cfg.name);
     co_return co_await send_local(502, false);
   }
-  if (status == 101) co_return co_await run_upgrade(*up, status);
   bool reusable = false;
   auto o = co_await relay_response(*up, up_cfg, reusable);
   watch_->upstream = nullptr;
   // An upgrade the upstream declined may leave it expecting another protocol: not reused.
   if (reusable && !upgrade) ctx_.pool->release(up_cfg.name, std::move(up));
   co_return o;
-}
-
-// 0: the response head is in rp_; else the status to answer.
-asio::awaitable<unsigned> session::exchange(upstream::connection_ptr& up, const config::upstream_config& cfg,
-                                            std::size_t piece, bool retry_safe) {
-  exchange_state st;
-  st.retry_safe = retry_safe;
-  const bool chunked = ad_.framing.type == body_framing::kind::chunked;
-  for (;; st.first = false) {
-    error_code ec;
-    auto at = stage::connect;
-    // (GCC 12: no co_await inside a conditional expression.)
-    if (st.first) up = ctx_.pool->take_idle(cfg.name, *watch_);
-    if (!up) up = co_await ctx_.pool->connect(cfg.name, *watch_, ec);
-    if (up) {
-      // Head and first body piece in one write.
-      at = stage::send;
-      st.reused = up->reused;
-      body_write w(head_out_, body_buf_.get(), piece, chunked, chunked && parser_->is_done());
-      auto [wec, n] = co_await write_up(*up, w.buffers(), cfg.response_timeout);
-      ec = timed(*watch_, wec);
-    }
-    if (!ec && ad_.has_body()) {
-      bytes_in_ += piece;
-      ec = co_await send_rest_of_body(*up, cfg);
-      if (ec && ec.category() == body_category()) at = stage::request_body;
-    }
-    if (!ec) {
-      at = stage::response_head;
-      ec = co_await read_response_head(*up, cfg);
-    }
-    if (!ec) co_return 0;
-    auto action = on_failure(at, ec, st);
-    if (action.retry) {
-      watch_->upstream = nullptr;
-      up.reset();
-      continue;
-    }
-    if (action.upstream) spdlog::warn("upstream {} ({}): {}: {}", cfg.name, cfg.address.str(), describe(at, ec), ec.message());
-    else spdlog::debug("{}: {}: {}", peer_str_, describe(at, ec), ec.message());
-    co_return action.status;
-  }
 }
 
 // The rest of the request body, streamed; the client's errors come back as body_errc.
@@ -312,34 +302,26 @@ asio::awaitable<error_code> session::send_rest_of_body(upstream::connection& up,
     if (!piece && !parser_->is_done()) continue;
     bytes_in_ += piece;
     last_sent = !chunked || parser_->is_done();
-    body_write w({}, body_buf_.get(), piece, chunked, last_sent);
-    auto [wec, n] = co_await write_up(up, w.buffers(), cfg.response_timeout);
+    auto bufs = writes_.assign({}, body_buf_.get(), piece, chunked, last_sent);
+    auto [wec, n] = co_await write_up(up, bufs, cfg.response_timeout);
     if (auto tec = timed(*watch_, wec)) co_return tec;
   }
   if (too_large()) co_return make_error_code(body_errc::too_large);
   if (!last_sent) {
-    body_write w({}, nullptr, 0, true, true);
-    auto [wec, n] = co_await write_up(up, w.buffers(), cfg.response_timeout);
+    auto bufs = writes_.assign({}, nullptr, 0, true, true);
+    auto [wec, n] = co_await write_up(up, bufs, cfg.response_timeout);
     co_return timed(*watch_, wec);
   }
   co_return error_code{};
 }
 
-// Response head; 1xx other than 101 are consumed here. The parser lives in the session,
-// not in a coroutine frame: Asio recycles frames only up to ~1 KiB, a larger frame
-// costs a malloc per request.
-asio::awaitable<error_code> session::read_response_head(upstream::connection& up, const config::upstream_config& cfg) {
-  for (;;) {
-    rp_.emplace();
-    rp_->header_limit(64 * 1024);
-    rp_->body_limit(boost::none);
-    if (parser_->get().method() == bhttp::verb::head) rp_->skip(true);
-    std::size_t unused = 0;
-    auto ec = co_await read_into(*watch_, up.socket, up.buffer, *rp_, cfg.response_timeout, unused, true);
-    if (ec) co_return ec;
-    auto code = rp_->get().result_int();
-    if (code < 100 || code >= 200 || code == 101) co_return ec;
-  }
+// The parser lives in the session, not in a coroutine frame: Asio recycles frames only
+// up to ~1 KiB, a larger frame costs a malloc per request.
+void session::prepare_response_parser() {
+  rp_.emplace();
+  rp_->header_limit(64 * 1024);
+  rp_->body_limit(boost::none);
+  if (parser_->get().method() == bhttp::verb::head) rp_->skip(true);
 }
 
 asio::awaitable<session::outcome> session::relay_response(upstream::connection& up, const config::upstream_config& cfg,
@@ -381,10 +363,10 @@ asio::awaitable<session::outcome> session::relay_response(upstream::connection& 
       log_request(status);
       co_return outcome::closed;
     }
-    body_write w(st.response_begun ? std::string_view{} : std::string_view(head_out_), buf, piece, down_chunked,
-                 complete && down_chunked);
-    if (w.buffers().empty()) continue;
-    auto [dec, dn] = co_await write_down(w.buffers());
+    auto bufs = writes_.assign(st.response_begun ? std::string_view{} : std::string_view(head_out_), buf, piece,
+                               down_chunked, complete && down_chunked);
+    if (bufs.empty()) continue;
+    auto [dec, dn] = co_await write_down(bufs);
     if (timed(*watch_, dec)) co_return outcome::closed;
     st.response_begun = true;
     bytes_out_ += piece;

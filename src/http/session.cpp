@@ -123,29 +123,39 @@ bool session::parse_head() {
 asio::awaitable<bool> session::run() {
   for (;;) {
     rt_ = ctx_.rt;
-    bool first = requests_ == 0;
-    auto o = co_await read_head(first);
+    auto o = co_await read_head(requests_ == 0);
     if (o == outcome::park) co_return true;
-    if (o != outcome::keep_going) {
-      if (o == outcome::close) co_await lingering_close();
-      break;
+    if (o == outcome::keep_going) {
+      // One request, in this frame (a frame per request costs an allocation's worth).
+      begin_request();
+      limit::lease_guard leases(limits_);  // given back when the request ends, however
+      auto st = ad_.status ? limit::status::ok : ask_limits();
+      if (st == limit::status::pending) {
+        auto [ec] = co_await ctx_.limits->wait(limits_);
+        st = ctx_.limits->finish(limits_, ec);
+      }
+      if (ad_.status) o = co_await send_local(ad_.status, ad_.keep_alive, ad_.body);
+      else if (st == limit::status::over_limit) o = co_await send_limited();
+      else if (st == limit::status::error) o = co_await send_refusal(503, {}, "Retry-After: 1\r\n");
+      else o = co_await forward();
+      give_back_body_buf();
     }
-    ++requests_;
-    if (ctx_.access && ctx_.access->enabled()) started_ = clock::now();
-    bytes_in_ = bytes_out_ = 0;
-    upstream_ms_ = -1;
-    ad_.route = -1;
-    o = co_await handle();
-    give_back_body_buf();
-    if (o == outcome::close) {
-      co_await lingering_close();
-      break;
-    }
-    if (o == outcome::closed) break;
+    if (o == outcome::close) co_await lingering_close();
+    if (o != outcome::keep_going) break;
   }
   error_code ec;
   socket_.close(ec);
   co_return false;
+}
+
+void session::begin_request() {
+  ++requests_;
+  if (ctx_.access && ctx_.access->enabled()) started_ = clock::now();
+  bytes_in_ = bytes_out_ = 0;
+  upstream_ms_ = -1;
+  limits_.headers.clear();
+  if (peer_key_rt_ != rt_) peer_key_ = rt_->client_ip.key_of(peer_), peer_key_rt_ = rt_;
+  admit(*rt_, parser_->get().base(), parser_->keep_alive(), {peer_, peer_str_, peer_key_}, ad_);
 }
 
 void session::release_idle_memory() {
@@ -230,7 +240,9 @@ std::optional<std::string_view> lookup_header(const void* ctx, std::string_view 
 }
 }  // namespace
 
-void session::start_limits(const config::route_config& route) {
+limit::status session::ask_limits() {
+  const auto& route = rt_->cfg->routes[static_cast<std::size_t>(ad_.route)];
+  if (route.limits.empty()) return limit::status::ok;
   const auto& req = parser_->get();
   limit::request_parts parts;
   parts.client = ad_.client_key;
@@ -241,46 +253,18 @@ void session::start_limits(const config::route_config& route) {
   limits_.route = &route;
   limits_.client = ad_.client_key;
   limit::build_checks(limits_.checks, rt_->cfg->redis.key_prefix, route, parts);
+  return ctx_.limits->start(limits_);
+}
+
+asio::awaitable<session::outcome> session::send_limited() {
+  const auto& r = limits_.route->response;
+  co_return co_await send_refusal(r.status, r.body, limits_.headers, r.content_type);
 }
 
 // The connection stays open only if the unread body cannot be mistaken for a request.
 asio::awaitable<session::outcome> session::send_refusal(unsigned status, std::string_view body, std::string_view extra,
                                                        std::string_view content_type) {
   co_return co_await send_local(status, parser_->keep_alive() && !ad_.has_body(), body, extra, content_type);
-}
-
-asio::awaitable<session::outcome> session::handle() {
-  if (peer_key_rt_ != rt_) peer_key_ = rt_->client_ip.key_of(peer_), peer_key_rt_ = rt_;
-  const auto& req = parser_->get();
-  admit(*rt_, req.base(), parser_->keep_alive(), {peer_, peer_str_, peer_key_}, ad_);
-  if (ad_.status) co_return co_await send_local(ad_.status, ad_.keep_alive, ad_.body);
-  const auto& route = rt_->cfg->routes[static_cast<std::size_t>(ad_.route)];
-  // Released when this request ends, however it ends.
-  limit::lease_guard leases(limits_);
-  limits_.headers.clear();
-  if (!route.limits.empty()) {
-    start_limits(route);
-    auto* source = ctx_.limits;
-    auto st = source->start(limits_);
-    if (st == limit::status::pending) {
-      auto [ec] = co_await source->wait(limits_);
-      st = source->finish(limits_, ec);
-    }
-    if (st == limit::status::over_limit)
-      co_return co_await send_refusal(route.response.status, route.response.body, limits_.headers,
-                                      route.response.content_type);
-    if (st == limit::status::error) co_return co_await send_refusal(503, {}, "Retry-After: 1\r\n");
-  }
-  if (ad_.has_expect) {
-    if (!beast::iequals(ad_.expect, "100-continue")) co_return co_await send_local(417, false);
-    if (ad_.has_body() && req.version() >= 11) {
-      static constexpr std::string_view cont = "HTTP/1.1 100 Continue\r\n\r\n";
-      std::array<asio::const_buffer, 1> bufs{asio::buffer(cont)};
-      auto [ec, n] = co_await write_down(bufs);
-      if (timed(*watch_, ec)) co_return outcome::closed;
-    }
-  }
-  co_return co_await forward();
 }
 
 }  // namespace fg::http::detail

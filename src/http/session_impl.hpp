@@ -14,8 +14,10 @@
 #include <string>
 
 #include "http/admission.hpp"
+#include "http/body_write.hpp"
 #include "http/context.hpp"
 #include "http/framing.hpp"
+#include "http/upstream_failure.hpp"
 #include "limit/decision_source.hpp"
 #include "upstream/pool.hpp"
 
@@ -82,16 +84,15 @@ class session {
 
   // session.cpp: the request head, local answers, the limits.
   asio::awaitable<outcome> read_head(bool first);
-  // Bytes of a head to scan: outcome::keep_going when it is complete, close/closed/
-  // a local answer's status otherwise (see read_head).
-  std::optional<unsigned> scan_head(bool& complete);
   bool parse_head();
-  asio::awaitable<outcome> handle();
+  // Admits the request just read (http/admission.hpp).
+  void begin_request();
   // The route's limits: asks the worker's decision source (a plain function around the
   // one wait for Redis, so that a limited request costs no coroutine frame of its own).
-  void start_limits(const config::route_config& route);
+  limit::status ask_limits();
   asio::awaitable<outcome> send_local(unsigned status, bool keep_alive, std::string_view body = {},
                                       std::string_view extra = {}, std::string_view content_type = {});
+  asio::awaitable<outcome> send_limited();  // the route's 429
   // A local answer to a request whose unread body leaves the connection unusable.
   asio::awaitable<outcome> send_refusal(unsigned status, std::string_view body = {}, std::string_view extra = {},
                                         std::string_view content_type = {});
@@ -110,15 +111,11 @@ class session {
   // exchange.cpp: the upstream exchange.
   asio::awaitable<outcome> forward();
   void build_request_head(const config::route_config& route, bool upgrade);
-  // The exchange up to the response head, with one retry on a stale pooled connection:
-  // 0 when the response head is in rp_, else the status to answer (or outcome::closed
-  // by returning 1).
-  asio::awaitable<unsigned> exchange(upstream::connection_ptr& up, const config::upstream_config& cfg,
-                                     std::size_t piece, bool retry_safe);
-  asio::awaitable<error_code> send_request(upstream::connection& up, const config::upstream_config& cfg,
-                                           std::size_t piece);
+  asio::awaitable<unsigned> read_first_piece(std::size_t& piece);
+  void log_failure(const config::upstream_config& cfg, stage at, error_code ec, bool upstream_fault) const;
   asio::awaitable<error_code> send_rest_of_body(upstream::connection& up, const config::upstream_config& cfg);
-  asio::awaitable<error_code> read_response_head(upstream::connection& up, const config::upstream_config& cfg);
+  // A fresh parser for the response head (1xx other than 101 are read past).
+  void prepare_response_parser();
   asio::awaitable<outcome> relay_response(upstream::connection& up, const config::upstream_config& cfg,
                                           bool& reusable);
   asio::awaitable<outcome> run_upgrade(upstream::connection& up, unsigned status);
@@ -145,6 +142,7 @@ class session {
   lazy_optional<response_parser> rp_;
   std::unique_ptr<char[]> body_buf_;
   std::string head_out_;
+  body_write writes_;  // the buffers of the body write in flight
   admission ad_;
   std::string xff_, forwarded_, client_ip_text_;  // what the upstream is told (see forwarder.hpp)
   chunk_vetter vetter_;

@@ -28,11 +28,15 @@ void pool::configure(const std::vector<config::upstream_config>& upstreams) {
     if (n.idle.size() > n.cfg.max_idle) n.idle.resize(n.cfg.max_idle);
   }
   slots_ = std::move(next);
+  last_ = nullptr;
 }
 
 pool::slot* pool::find(std::string_view name) {
+  if (last_ && last_->first == name) return &last_->second;
   auto it = slots_.find(name);
-  return it == slots_.end() ? nullptr : &it->second;
+  if (it == slots_.end()) return nullptr;
+  last_ = &*it;
+  return &it->second;
 }
 
 namespace {

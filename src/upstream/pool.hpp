@@ -62,6 +62,8 @@ class pool {
     std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
   slot* find(std::string_view name);
+  // The slot found last (most requests go to one upstream): no hashing for it.
+  std::pair<const std::string, slot>* last_ = nullptr;
   boost::asio::any_io_executor ex_;
   // Nodes stay put while others come and go: a slot outlives a connect's awaits unless
   // a reload removes its upstream.

@@ -1,0 +1,370 @@
+// limit::decision_source: the policy decorator over a fake source (no sockets), the
+// memory source, and lease release by the RAII guard when handling throws (memory, and
+// Redis with a real redis-server).
+#include <catch2/catch.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "config/config.hpp"
+#include "limit/decision_source.hpp"
+#include "limit/memory_store.hpp"
+#include "limit/policy.hpp"
+#include "limit/redis_store.hpp"
+#include "limit/script.hpp"
+#include "limit/sources.hpp"
+#include "redis/connection.hpp"
+
+namespace cfg = fg::config;
+namespace asio = boost::asio;
+using fg::limit::limit_call;
+using fg::limit::status;
+using std::chrono::milliseconds;
+
+namespace {
+
+cfg::limit_config limit_of(cfg::algorithm algo, std::uint64_t n, std::int64_t window_ms, std::string name) {
+  cfg::limit_config c;
+  c.name = std::move(name);
+  c.algo = algo;
+  c.limit = n;
+  c.window = milliseconds(window_ms);
+  return c;
+}
+
+// A store that answers what the test says: denials of the limits named in `deny`
+// (retry `retry_ms`), or an error; counts what it is asked.
+class fake_source final : public fg::limit::decision_source {
+ public:
+  bool remote = true;  // answers through wait()/finish(), as Redis does
+  boost::system::error_code fail;
+  std::vector<std::string> deny;
+  std::int64_t retry_ms = 5000;
+  int starts = 0, releases = 0;
+
+  status start(limit_call& c) override {
+    ++starts;
+    if (!remote) return answer(c, {});
+    return status::pending;
+  }
+  asio::awaitable<std::tuple<boost::system::error_code>> wait(limit_call&) override {
+    co_return std::tuple{fail};
+  }
+  status finish(limit_call& c, boost::system::error_code ec) override { return answer(c, ec); }
+  void release(limit_call&) override { ++releases; }
+  void renew(limit_call&) override {}
+  std::int64_t round_trip_ms() const override { return 1; }
+
+ private:
+  status answer(limit_call& c, boost::system::error_code ec) {
+    if (ec) return status::error;
+    for (std::size_t i = 0; i < c.checks.size(); ++i) {
+      bool denied = std::find(deny.begin(), deny.end(), c.checks[i].cfg->name) != deny.end();
+      c.decisions[i] = {!denied, c.checks[i].cfg->limit, denied ? 0u : 1u, 1000, denied ? retry_ms : 0};
+    }
+    return fg::limit::judged(c, this);
+  }
+};
+
+// Runs a call to completion on the policy, through wait() when it is pending.
+status ask(fg::limit::decision_source& src, limit_call& c) {
+  auto s = src.start(c);
+  if (s != status::pending) return s;
+  asio::io_context ioc;
+  asio::co_spawn(
+      ioc,
+      [&]() -> asio::awaitable<void> {
+        auto [ec] = co_await src.wait(c);
+        s = src.finish(c, ec);
+      },
+      asio::detached);
+  ioc.run();
+  return s;
+}
+
+struct route_fixture {
+  cfg::route_config route;
+  limit_call call;
+  explicit route_fixture(std::vector<cfg::limit_config> limits, cfg::on_store_error policy = cfg::on_store_error::allow) {
+    route.name = "r";
+    route.store_error = policy;
+    route.limits = std::move(limits);
+    reset();
+  }
+  void reset() {
+    call.route = &route;
+    call.client = "1.2.3.4";
+    call.checks.clear();
+    for (const auto& l : route.limits) call.checks.push_back({&l, "k:" + l.name, 1});
+  }
+};
+
+}  // namespace
+
+TEST_CASE("policy: a store error follows on_store_error (allow / deny / local) for every cause", "[limit][policy]") {
+  using boost::system::error_code;
+  const std::vector<error_code> causes = {fg::redis::make_error_code(fg::redis::errc::timeout),
+                                          fg::redis::make_error_code(fg::redis::errc::protocol),
+                                          fg::redis::make_error_code(fg::redis::errc::disconnected)};
+  for (const auto& cause : causes) {
+    for (auto policy_kind : {cfg::on_store_error::allow, cfg::on_store_error::deny, cfg::on_store_error::local}) {
+      fake_source remote, local;
+      local.remote = false;
+      local.deny = {"tight"};
+      remote.fail = cause;
+      fg::limit::policy p(remote, local, nullptr, 0);
+      std::vector<std::string> errors;
+      p.set_log({}, [&](const std::string& line) { errors.push_back(line); });
+      route_fixture f({limit_of(cfg::algorithm::fixed_window, 1, 1000, "tight")}, policy_kind);
+      auto s = ask(p, f.call);
+      INFO(cause.message());
+      if (policy_kind == cfg::on_store_error::allow) {
+        CHECK(s == status::ok);
+        CHECK(f.call.headers.empty());  // nothing was decided: no rate headers
+        CHECK(local.starts == 0);
+      } else if (policy_kind == cfg::on_store_error::deny) {
+        CHECK(s == status::error);
+        CHECK(local.starts == 0);
+      } else {
+        // local: this instance decides alone (here its store denies).
+        CHECK(s == status::over_limit);
+        CHECK(local.starts == 1);
+        CHECK_FALSE(f.call.headers.empty());
+      }
+      REQUIRE(errors.size() == 1);
+      CHECK(errors[0].find(cause.message()) != std::string::npos);
+      CHECK(f.call.holder == nullptr);
+    }
+  }
+}
+
+TEST_CASE("policy: the store-error log says one line per cause per interval, with the count it held back",
+          "[limit][policy]") {
+  fake_source remote, local;
+  remote.fail = fg::redis::make_error_code(fg::redis::errc::timeout);
+  fg::limit::policy p(remote, local, nullptr, 0);
+  std::vector<std::string> errors;
+  p.set_log({}, [&](const std::string& line) { errors.push_back(line); });
+  route_fixture f({limit_of(cfg::algorithm::fixed_window, 1, 1000, "a")});
+  for (int i = 0; i < 50; ++i) {
+    f.reset();
+    CHECK(ask(p, f.call) == status::ok);
+  }
+  CHECK(errors.size() == 1);  // the next is due 5 s later
+  CHECK(errors[0].find("0 more since the last report") != std::string::npos);
+  // Another cause has a line of its own.
+  remote.fail = fg::redis::make_error_code(fg::redis::errc::disconnected);
+  f.reset();
+  ask(p, f.call);
+  CHECK(errors.size() == 2);
+}
+
+TEST_CASE("policy: a denial is cached until a round trip before it ends; the store is not asked meanwhile",
+          "[limit][policy]") {
+  fake_source remote, local;
+  remote.deny = {"a"};
+  remote.retry_ms = 300;
+  fg::limit::deny_cache denies;
+  fg::limit::policy p(remote, local, &denies, 0);
+  route_fixture f({limit_of(cfg::algorithm::fixed_window, 1, 1000, "a")});
+  CHECK(ask(p, f.call) == status::over_limit);
+  CHECK(remote.starts == 1);
+  f.reset();
+  CHECK(p.start(f.call) == status::over_limit);  // from the cache, at once
+  CHECK(remote.starts == 1);
+  // Past its end (less the round trip and 1 ms), the store is asked again.
+  std::this_thread::sleep_for(milliseconds(300));
+  remote.deny.clear();
+  f.reset();
+  CHECK(ask(p, f.call) == status::ok);
+  CHECK(remote.starts == 2);
+}
+
+TEST_CASE("policy: a denial shorter than the round trip is not cached; nor is a shadow or concurrency one",
+          "[limit][policy]") {
+  fake_source remote, local;
+  fg::limit::deny_cache denies;
+  fg::limit::policy p(remote, local, &denies, 0);
+  auto shadow = limit_of(cfg::algorithm::fixed_window, 1, 1000, "s");
+  shadow.shadow = true;
+  auto conc = limit_of(cfg::algorithm::concurrency, 1, 1000, "c");
+  route_fixture f({limit_of(cfg::algorithm::fixed_window, 1, 1000, "a"), shadow, conc});
+  remote.deny = {"a"};
+  remote.retry_ms = 2;  // <= round trip (1) + 1 + 1
+  CHECK(ask(p, f.call) == status::over_limit);
+  f.reset();
+  CHECK(p.start(f.call) == status::pending);  // not cached: asks the store
+  remote.deny = {"s", "c"};
+  remote.retry_ms = 5000;
+  f.reset();
+  ask(p, f.call);
+  f.reset();
+  CHECK(p.start(f.call) == status::pending);
+}
+
+TEST_CASE("policy: a shadow limit's denial is logged, never enforced", "[limit][policy]") {
+  fake_source remote, local;
+  fg::limit::policy p(remote, local, nullptr, 0);
+  std::vector<std::string> shadows;
+  p.set_log([&](const std::string& line) { shadows.push_back(line); }, {});
+  auto s = limit_of(cfg::algorithm::fixed_window, 1, 1000, "soft");
+  s.shadow = true;
+  route_fixture f({s, limit_of(cfg::algorithm::fixed_window, 10, 1000, "hard")});
+  remote.deny = {"soft"};
+  CHECK(ask(p, f.call) == status::ok);
+  REQUIRE(shadows.size() == 1);
+  CHECK(shadows[0] == "shadow limit r/soft would deny 1.2.3.4 (retry in 5000ms)");
+  remote.deny = {"soft", "hard"};
+  f.reset();
+  CHECK(ask(p, f.call) == status::over_limit);
+}
+
+TEST_CASE("policy: no checks, no question; lease ids are unique and above the base", "[limit][policy]") {
+  fake_source remote, local;
+  fg::limit::policy p(remote, local, nullptr, 7ull << 48);
+  route_fixture f({limit_of(cfg::algorithm::fixed_window, 1, 1000, "a")});
+  f.call.checks.clear();
+  CHECK(p.start(f.call) == status::ok);
+  CHECK(remote.starts == 0);
+  f.reset();
+  ask(p, f.call);
+  auto first = f.call.lease;
+  f.reset();
+  ask(p, f.call);
+  CHECK(first > (7ull << 48));
+  CHECK(f.call.lease == first + 1);
+}
+
+TEST_CASE("lease_guard: a request whose handling throws gives its concurrency lease back (memory)",
+          "[limit][policy]") {
+  fg::limit::memory_store store;
+  fg::limit::memory_source mem(store);
+  fg::limit::policy p(mem, mem, nullptr, 0);
+  route_fixture f({limit_of(cfg::algorithm::concurrency, 1, 60000, "c")});
+  auto handle = [&] {
+    fg::limit::lease_guard guard(f.call);
+    f.reset();
+    REQUIRE(p.start(f.call) == status::ok);
+    REQUIRE(f.call.holder == &mem);
+    throw std::runtime_error("handler failed");
+  };
+  CHECK_THROWS(handle());
+  CHECK(f.call.holder == nullptr);
+  // The one lease is free again: the next request gets it, and holds it.
+  f.reset();
+  CHECK(p.start(f.call) == status::ok);
+  limit_call other;
+  other.route = &f.route;
+  other.checks = f.call.checks;
+  CHECK(p.start(other) == status::over_limit);
+}
+
+namespace {
+
+// A real redis-server on a free loopback port, for the life of the object.
+struct redis_process {
+  pid_t pid = -1;
+  std::uint16_t port = 0;
+  redis_process() {
+    {
+      asio::io_context ioc;
+      asio::ip::tcp::acceptor a(ioc, {asio::ip::make_address("127.0.0.1"), 0});
+      port = a.local_endpoint().port();
+    }
+    pid = ::fork();
+    if (pid == 0) {
+      auto p = std::to_string(port);
+      ::execlp("redis-server", "redis-server", "--port", p.c_str(), "--bind", "127.0.0.1", "--save", "",
+               "--appendonly", "no", "--loglevel", "warning", static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    // Ready when it accepts a connection (polled, with a deadline).
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (;;) {
+      asio::io_context ioc;
+      asio::ip::tcp::socket s(ioc);
+      boost::system::error_code ec;
+      s.connect({asio::ip::make_address("127.0.0.1"), port}, ec);
+      if (!ec) break;
+      if (std::chrono::steady_clock::now() > until) FAIL("redis-server did not start");
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+  }
+  ~redis_process() {
+    if (pid > 0) {
+      ::kill(pid, SIGTERM);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("lease_guard: a request whose handling throws gives its concurrency lease back (Redis)",
+          "[limit][policy][redis]") {
+  redis_process server;
+  asio::io_context ioc;
+  cfg::redis_config rc;
+  rc.addresses = {{"127.0.0.1", server.port}};
+  rc.timeout = milliseconds(1000);
+  auto conn = std::make_shared<fg::redis::connection>(ioc.get_executor(), rc, fg::limit::limiter_script);
+  conn->start();
+  fg::limit::redis_batcher batcher(ioc.get_executor(), conn);
+  fg::limit::redis_source redis(batcher, conn, "test-");
+  fg::limit::memory_store store;
+  fg::limit::memory_source mem(store);
+  fg::limit::policy p(redis, mem, nullptr, 0);
+  route_fixture f({limit_of(cfg::algorithm::concurrency, 1, 60000, "c")}, cfg::on_store_error::deny);
+  f.call.checks[0].key = "fg-test:{c}";
+  std::string thrown;
+  long long held_inside = -1, held_after = -1;
+  auto request = [&]() -> asio::awaitable<void> {
+    fg::limit::lease_guard guard(f.call);
+    auto s = p.start(f.call);
+    auto [ec] = co_await p.wait(f.call);
+    s = p.finish(f.call, ec);
+    if (s != status::ok) throw std::logic_error("not admitted: " + ec.message());
+    // (GCC 12: no braced temporary inside a co_await expression.)
+    std::vector<std::string> zcard{"ZCARD", "fg-test:{c}"};
+    auto [e1, r1] = co_await conn->command(zcard);
+    held_inside = r1.integer;
+    throw std::runtime_error("handler failed");
+  };
+  auto check = [&]() -> asio::awaitable<void> {
+    // Wait for the connection (polled, with a deadline).
+    asio::steady_timer t(ioc);
+    for (int i = 0; i < 200 && !conn->connected(); ++i) {
+      t.expires_after(milliseconds(10));
+      co_await t.async_wait(asio::use_awaitable);
+    }
+    try {
+      co_await request();
+    } catch (const std::exception& e) {
+      thrown = e.what();
+    }
+    std::vector<std::string> zcard{"ZCARD", "fg-test:{c}"};
+    auto [e2, r2] = co_await conn->command(zcard);
+    held_after = r2.integer;
+    conn->stop();
+  };
+  asio::co_spawn(ioc, check(), asio::detached);
+  ioc.run_for(std::chrono::seconds(10));
+  CHECK(thrown == "handler failed");
+  CHECK(held_inside == 1);
+  CHECK(held_after == 0);
+}

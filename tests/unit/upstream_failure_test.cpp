@@ -1,0 +1,71 @@
+// The upstream exchange's failure mapping, as a table: (stage, error, reused,
+// idempotent without body, first attempt, response begun) -> retry once, or a status.
+#include <catch2/catch.hpp>
+
+#include <boost/asio/error.hpp>
+#include <boost/beast/core/error.hpp>
+#include <boost/beast/http/error.hpp>
+
+#include "http/upstream_failure.hpp"
+
+using fg::http::stage;
+using boost::system::error_code;
+namespace bhttp = boost::beast::http;
+
+namespace {
+struct row {
+  stage at;
+  error_code ec;
+  bool reused, retry_safe, first, begun;
+  bool retry;
+  unsigned status;
+  bool upstream_fault;
+};
+}  // namespace
+
+TEST_CASE("upstream failures map to one retry or one status", "[http][failure]") {
+  const error_code reset = boost::asio::error::connection_reset;
+  const error_code eos = bhttp::error::end_of_stream;
+  const error_code eof = boost::asio::error::eof;
+  const error_code pipe = boost::asio::error::broken_pipe;
+  const error_code timeout = boost::beast::error::timeout;
+  const error_code refused = boost::asio::error::connection_refused;
+  const error_code bad = bhttp::error::bad_version;
+  const error_code too_large = fg::http::make_error_code(fg::http::body_errc::too_large);
+  const error_code body_timeout = fg::http::make_error_code(fg::http::body_errc::timeout);
+  const error_code malformed = fg::http::make_error_code(fg::http::body_errc::malformed);
+  const row table[] = {
+      // at                  error     reused safe  first  begun  -> retry status upstream
+      {stage::connect,       refused,  false, true,  true,  false, false, 502, true},
+      {stage::connect,       timeout,  true,  true,  true,  false, false, 502, true},
+      {stage::send,          pipe,     true,  true,  true,  false, true,  0,   true},   // stale pooled connection
+      {stage::send,          pipe,     true,  true,  false, false, false, 502, true},   // only once
+      {stage::send,          pipe,     false, true,  true,  false, false, 502, true},   // a fresh one failed
+      {stage::send,          pipe,     true,  false, true,  false, false, 502, true},   // a body / not idempotent
+      {stage::request_body,  too_large, true, false, true,  false, false, 413, false},
+      {stage::request_body,  body_timeout, true, false, true, false, false, 408, false},
+      {stage::request_body,  malformed, true, false, true,  false, false, 400, false},
+      {stage::response_head, eos,      true,  true,  true,  false, true,  0,   true},
+      {stage::response_head, reset,    true,  true,  true,  false, true,  0,   true},
+      {stage::response_head, eof,      true,  true,  true,  false, true,  0,   true},
+      {stage::response_head, eos,      true,  true,  false, false, false, 502, true},
+      {stage::response_head, eos,      false, true,  true,  false, false, 502, true},
+      {stage::response_head, eos,      true,  false, true,  false, false, 502, true},
+      {stage::response_head, bad,      true,  true,  true,  false, false, 502, true},   // something came back
+      {stage::response_head, timeout,  true,  true,  true,  false, false, 504, true},   // never retried
+      {stage::response_body, reset,    true,  true,  true,  false, false, 502, true},
+      {stage::response_body, timeout,  true,  true,  true,  false, false, 504, true},
+      {stage::response_body, reset,    true,  true,  true,  true,  false, 0,   true},   // cut short: close
+      {stage::response_body, timeout,  true,  true,  true,  true,  false, 0,   true},
+  };
+  int n = 0;
+  for (const auto& r : table) {
+    fg::http::exchange_state s{r.reused, r.retry_safe, r.first, r.begun};
+    auto a = fg::http::on_failure(r.at, r.ec, s);
+    INFO("row " << n << ": " << fg::http::describe(r.at, r.ec) << " / " << r.ec.message());
+    CHECK(a.retry == r.retry);
+    if (!r.retry) CHECK(a.status == r.status);
+    CHECK(a.upstream == r.upstream_fault);
+    ++n;
+  }
+}
