@@ -4,12 +4,10 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/uuid/detail/sha1.hpp>
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 #include <spdlog/spdlog.h>
 
-#include <charconv>
 #include <random>
 
 namespace fg::redis {
@@ -20,30 +18,6 @@ using clock = std::chrono::steady_clock;
 
 namespace {
 
-class redis_category : public boost::system::error_category {
- public:
-  const char* name() const noexcept override { return "floodgate.redis"; }
-  std::string message(int ev) const override {
-    switch (static_cast<errc>(ev)) {
-      case errc::not_connected: return "not connected to Redis";
-      case errc::timeout: return "Redis command timed out";
-      case errc::disconnected: return "Redis connection lost";
-      case errc::protocol: return "unexpected Redis reply";
-    }
-    return "unknown";
-  }
-};
-
-std::string sha1_hex(const std::string& s) {
-  boost::uuids::detail::sha1 h;
-  h.process_bytes(s.data(), s.size());
-  boost::uuids::detail::sha1::digest_type d;
-  h.get_digest(d);
-  char out[41];
-  for (int i = 0; i < 5; ++i) std::snprintf(out + i * 8, 9, "%08x", d[i]);
-  return std::string(out, 40);
-}
-
 double random01() {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   return std::uniform_real_distribution<double>(0.0, 1.0)(rng);
@@ -51,13 +25,8 @@ double random01() {
 
 }  // namespace
 
-const boost::system::error_category& category() {
-  static redis_category c;
-  return c;
-}
-
 connection::connection(asio::any_io_executor ex, config::redis_config cfg, std::string script)
-    : ex_(ex), cfg_(std::move(cfg)), script_(std::move(script)), sha_(sha1_hex(script_)), sd_(ex),
+    : ex_(ex), cfg_(std::move(cfg)), script_(std::move(script)), sd_(ex),
       deadline_timer_(ex), reconnect_timer_(ex) {}
 
 connection::~connection() { stop(); }
@@ -135,7 +104,7 @@ void connection::connect_to(const std::string& ip) {
     else send({"AUTH", cfg_.username, cfg_.password}, log_error("AUTH"));
   }
   if (cfg_.database != 0) send({"SELECT", std::to_string(cfg_.database)}, log_error("SELECT"));
-  send({"SCRIPT", "LOAD", script_}, log_error("SCRIPT LOAD"));
+  send({"SCRIPT", "LOAD", script_.text()}, log_error("SCRIPT LOAD"));
   ready_ = false;  // user commands wait for the connect callback
 }
 
@@ -245,16 +214,6 @@ void connection::wait_write() {
   });
 }
 
-void append_bulk(std::string& out, std::string_view s) {
-  char head[24] = "$";
-  auto end = std::to_chars(head + 1, head + sizeof head - 2, s.size()).ptr;
-  *end++ = '\r';
-  *end++ = '\n';
-  out.append(head, static_cast<std::size_t>(end - head));
-  out.append(s);
-  out.append("\r\n", 2);
-}
-
 void connection::finish(pending* p, error_code ec, const redisReply* r) {
   p->finished = true;
   if (p->done) {
@@ -280,10 +239,7 @@ void connection::on_reply(redisAsyncContext* ac, void* r, void* privdata) {
   if (!p->finished && rep && rep->type == REDIS_REPLY_ERROR && p->eval_argc != 0 && self->ac_ &&
       std::string_view(rep->str, rep->len).starts_with("NOSCRIPT")) {
     // Flushed, or a new server: EVAL sends the script (and caches it) once.
-    std::string cmd = "*" + std::to_string(p->eval_argc + 2) + "\r\n";
-    append_bulk(cmd, "EVAL");
-    append_bulk(cmd, self->script_);
-    cmd += p->eval_args;
+    auto cmd = self->script_.eval(p->eval_argc, p->eval_args);
     auto* again = new pending{std::move(p->done), clock::now() + self->cfg_.timeout, false, 0, {}};
     delete p;
     self->queue(cmd, again);
@@ -309,8 +265,7 @@ bool connection::queue(const std::string& cmd, pending* p) {
 }
 
 void connection::send(const std::vector<std::string>& args, completion done) {
-  std::string cmd = "*" + std::to_string(args.size()) + "\r\n";
-  for (const auto& a : args) append_bulk(cmd, a);
+  auto cmd = format_command(args);
   raw_completion raw;
   if (done)
     raw = [ex = ex_, done = std::move(done)](error_code ec, const redisReply* r) mutable {
@@ -320,10 +275,7 @@ void connection::send(const std::vector<std::string>& args, completion done) {
 }
 
 void connection::eval(std::size_t argc, std::string args, raw_completion done) {
-  std::string cmd = "*" + std::to_string(argc + 2) + "\r\n";
-  append_bulk(cmd, "EVALSHA");
-  append_bulk(cmd, sha_);
-  cmd += args;
+  auto cmd = script_.evalsha(argc, args);
   auto* p = new pending{std::move(done), clock::now() + cfg_.timeout, false, argc, std::move(args)};
   queue(cmd, p);
 }

@@ -14,16 +14,15 @@
 #include "config/config.hpp"
 #include "obs/logging.hpp"
 #include "redis/backoff.hpp"
+#include "redis/error.hpp"
 #include "redis/reply.hpp"
+#include "redis/resp.hpp"
+#include "redis/script.hpp"
 
 struct redisAsyncContext;
 struct redisReply;
 
 namespace fg::redis {
-
-enum class errc { not_connected = 1, timeout, disconnected, protocol };
-const boost::system::error_category& category();
-inline boost::system::error_code make_error_code(errc e) { return {static_cast<int>(e), category()}; }
 
 // One Redis connection driven by a worker's event loop: hiredis' async API with our
 // own Asio adapter, many commands in flight (pipelined), a deadline per command
@@ -85,7 +84,7 @@ class connection : public std::enable_shared_from_this<connection> {
 
   boost::asio::any_io_executor ex_;
   config::redis_config cfg_;
-  std::string script_, sha_;
+  script script_;
   redisAsyncContext* ac_ = nullptr;
   bool ready_ = false;  // connected (AUTH/SELECT queued ahead of everything else)
   bool stopped_ = false;
@@ -100,11 +99,3 @@ class connection : public std::enable_shared_from_this<connection> {
 };
 
 }  // namespace fg::redis
-
-namespace fg::redis {
-// Appends `s` to a RESP command as one bulk string ($<length>\r\n<s>\r\n).
-void append_bulk(std::string& out, std::string_view s);
-}  // namespace fg::redis
-
-template <>
-struct boost::system::is_error_code_enum<fg::redis::errc> : std::true_type {};
