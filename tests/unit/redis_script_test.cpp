@@ -3,11 +3,13 @@
 #include <string>
 #include <vector>
 
+#include "config/config.hpp"
 #include "redis/resp.hpp"
 #include "redis/script.hpp"
+#include "redis/topology.hpp"
 
 // What the connection sends, byte for byte: the script's SHA-1 (as Redis computes it),
-// EVALSHA and EVAL in RESP, plain commands.
+// EVALSHA and EVAL in RESP, plain commands; and where it connects.
 
 TEST_CASE("sha1_hex: the names Redis gives scripts", "[redis]") {
   // printf 'return 1' | sha1sum (what SCRIPT LOAD "return 1" answers)
@@ -43,4 +45,20 @@ TEST_CASE("script: EVALSHA and EVAL carry the same arguments", "[redis]") {
   CHECK(s.evalsha(3, args) ==
         "*5\r\n$7\r\nEVALSHA\r\n$40\r\ne0e1f9fabfc9d4800c877a703b823ac0578ff8db\r\n" + tail);
   CHECK(s.eval(3, args) == "*5\r\n$4\r\nEVAL\r\n$8\r\nreturn 1\r\n" + tail);
+}
+
+TEST_CASE("topology: standalone connects to the first address, whatever the mode", "[redis]") {
+  fg::config::redis_config cfg;
+  cfg.addresses = {{"10.0.0.1", 6380}, {"10.0.0.2", 6381}};
+  auto t = fg::redis::make_topology(cfg);
+  auto seeds = t->seeds();
+  REQUIRE(seeds.size() == 1);
+  CHECK(seeds[0].host == "10.0.0.1");
+  CHECK(seeds[0].port == 6380);
+  t->on_lost(seeds[0]);
+  CHECK(t->seeds().size() == 1);  // nothing else to try
+  // Cluster and sentinel are not there yet: the first address, as before.
+  cfg.mode = fg::config::redis_mode::cluster;
+  CHECK(fg::redis::make_topology(cfg)->seeds()[0].port == 6380);
+  CHECK(fg::redis::standalone({}).seeds().empty());
 }
