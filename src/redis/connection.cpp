@@ -4,13 +4,12 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/uuid/detail/sha1.hpp>
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 #include <spdlog/spdlog.h>
 
-#include <charconv>
 #include <random>
+#include <string_view>
 
 namespace fg::redis {
 
@@ -20,81 +19,78 @@ using clock = std::chrono::steady_clock;
 
 namespace {
 
-class redis_category : public boost::system::error_category {
- public:
-  const char* name() const noexcept override { return "floodgate.redis"; }
-  std::string message(int ev) const override {
-    switch (static_cast<errc>(ev)) {
-      case errc::not_connected: return "not connected to Redis";
-      case errc::timeout: return "Redis command timed out";
-      case errc::disconnected: return "Redis connection lost";
-      case errc::protocol: return "unexpected Redis reply";
-    }
-    return "unknown";
-  }
-};
-
-std::string sha1_hex(const std::string& s) {
-  boost::uuids::detail::sha1 h;
-  h.process_bytes(s.data(), s.size());
-  boost::uuids::detail::sha1::digest_type d;
-  h.get_digest(d);
-  char out[41];
-  for (int i = 0; i < 5; ++i) std::snprintf(out + i * 8, 9, "%08x", d[i]);
-  return std::string(out, 40);
-}
-
 double random01() {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   return std::uniform_real_distribution<double>(0.0, 1.0)(rng);
 }
 
-}  // namespace
-
-const boost::system::error_category& category() {
-  static redis_category c;
-  return c;
+reply_kind kind_of(const redisReply* r) {
+  if (!r) return reply_kind::lost;
+  if (r->type == REDIS_REPLY_ERROR && std::string_view(r->str, r->len).starts_with("NOSCRIPT")) return reply_kind::noscript;
+  return reply_kind::other;
 }
 
+}  // namespace
+
 connection::connection(asio::any_io_executor ex, config::redis_config cfg, std::string script)
-    : ex_(ex), cfg_(std::move(cfg)), script_(std::move(script)), sha_(sha1_hex(script_)), sd_(ex),
+    : ex_(ex), cfg_(std::move(cfg)), script_(std::move(script)), topology_(make_topology(cfg_)), adapter_(ex),
       deadline_timer_(ex), reconnect_timer_(ex) {}
 
 connection::~connection() { stop(); }
 
-void connection::start() { connect(); }
+void connection::start() { run(fsm_.start()); }
 
-void connection::stop() {
-  if (stopped_) return;
-  stopped_ = true;
-  reconnect_timer_.cancel();
-  deadline_timer_.cancel();
-  if (ac_) {
-    auto* ac = ac_;
-    ac_ = nullptr;
-    ready_ = false;
-    // Calls every pending callback with no reply, then cleanup().
-    redisAsyncFree(ac);
+void connection::stop() { run(fsm_.stop()); }
+
+void connection::run(const connect_action& a) {
+  switch (a.type) {
+    case connect_action_type::none:
+    case connect_action_type::setup_failed:  // logged where the reply is at hand
+      return;
+    case connect_action_type::connect:
+      connect();
+      return;
+    case connect_action_type::wait:
+      log_lost(a.why);
+      topology_->on_lost(endpoint_);
+      reconnect_timer_.expires_after(a.delay);
+      reconnect_timer_.async_wait([self = shared_from_this()](error_code ec) {
+        if (!ec) self->run(self->fsm_.on_timer());
+      });
+      return;
+    case connect_action_type::ready:
+      if (a.again) spdlog::info("Redis {}: connected again", endpoint_.str());
+      else spdlog::info("Redis {}: connected", endpoint_.str());
+      return;
+    case connect_action_type::close:
+      reconnect_timer_.cancel();
+      deadline_timer_.cancel();
+      if (auto* ac = adapter_.context()) {
+        adapter_.forget();
+        // Calls every pending callback with no reply, then the adapter's cleanup.
+        redisAsyncFree(ac);
+      }
+      return;
   }
 }
 
 void connection::connect() {
-  if (stopped_ || cfg_.addresses.empty()) return;
-  const auto& ep = cfg_.addresses.front();
+  auto seeds = topology_->seeds();
+  if (seeds.empty()) return;
+  endpoint_ = std::move(seeds.front());
   boost::system::error_code ec;
-  auto addr = asio::ip::make_address(ep.host, ec);
+  auto addr = asio::ip::make_address(endpoint_.host, ec);
   if (!ec) {
     connect_to(addr.to_string());
     return;
   }
   // A host name: resolve without blocking the worker (hiredis would, in getaddrinfo).
   auto resolver = std::make_shared<asio::ip::tcp::resolver>(ex_);
-  resolver->async_resolve(ep.host, std::to_string(ep.port),
+  resolver->async_resolve(endpoint_.host, std::to_string(endpoint_.port),
                           [self = shared_from_this(), resolver](error_code rec, auto results) {
-                            if (self->stopped_) return;
+                            if (self->fsm_.current() != connect_fsm::state::connecting) return;
                             if (rec || results.empty()) {
-                              self->lost("cannot resolve Redis host");
-                              self->schedule_reconnect();
+                              self->run(self->fsm_.on_connect_failed("cannot resolve Redis host", random01()));
                               return;
                             }
                             self->connect_to(results.begin()->endpoint().address().to_string());
@@ -102,161 +98,60 @@ void connection::connect() {
 }
 
 void connection::connect_to(const std::string& ip) {
-  auto* ac = redisAsyncConnect(ip.c_str(), cfg_.addresses.front().port);
+  auto* ac = redisAsyncConnect(ip.c_str(), endpoint_.port);
   if (!ac || ac->err) {
-    lost(ac ? ac->errstr : "out of memory");
+    run(fsm_.on_connect_failed(ac ? ac->errstr : "out of memory", random01()));
     if (ac) redisAsyncFree(ac);
-    schedule_reconnect();
     return;
   }
-  ac_ = ac;
-  ac_->data = this;
+  ac->data = this;
   // The adapter first, then the callbacks (hiredis may call hooks from them).
-  ac_->ev.data = this;
-  ac_->ev.addRead = &connection::add_read;
-  ac_->ev.delRead = &connection::del_read;
-  ac_->ev.addWrite = &connection::add_write;
-  ac_->ev.delWrite = &connection::del_write;
-  ac_->ev.cleanup = &connection::cleanup;
-  boost::system::error_code ec;
-  sd_.assign(ac_->c.fd, ec);
-  redisAsyncSetConnectCallback(ac_, &connection::on_connect);
-  redisAsyncSetDisconnectCallback(ac_, &connection::on_disconnect);
+  adapter_.attach(ac, weak_from_this());
+  redisAsyncSetConnectCallback(ac, &connection::on_connect);
+  redisAsyncSetDisconnectCallback(ac, &connection::on_disconnect);
+  queue_setup();
+}
+
+void connection::queue_setup() {
   // Queued now, sent first once connected: nothing can overtake them.
-  ready_ = true;
-  auto log_error = [](const char* what) {
-    return [what](error_code ec, reply r) {
-      if (ec) return;
-      if (r.is_error()) spdlog::error("Redis {} failed: {}", what, r.str);
-    };
-  };
-  if (!cfg_.password.empty()) {
-    if (cfg_.username.empty()) send({"AUTH", cfg_.password}, log_error("AUTH"));
-    else send({"AUTH", cfg_.username, cfg_.password}, log_error("AUTH"));
+  for (auto& c : setup_commands(cfg_, script_.text())) {
+    auto step = c.step;
+    auto done = post_copy([step](error_code ec, reply r) {
+      auto result = ec ? setup_result::no_reply : r.is_error() ? setup_result::error_reply : setup_result::ok;
+      auto a = connect_fsm::on_setup_reply(step, result);
+      if (a.type == connect_action_type::setup_failed) spdlog::error("Redis {} failed: {}", a.why, r.str);
+    });
+    submit(format_command(c.args), new pending{std::move(done), clock::now() + cfg_.timeout, command_fsm(), 0, {}});
   }
-  if (cfg_.database != 0) send({"SELECT", std::to_string(cfg_.database)}, log_error("SELECT"));
-  send({"SCRIPT", "LOAD", script_}, log_error("SCRIPT LOAD"));
-  ready_ = false;  // user commands wait for the connect callback
 }
 
 void connection::on_connect(const redisAsyncContext* ac, int status) {
   auto* self = static_cast<connection*>(ac->data);
   if (status != REDIS_OK) {
     // hiredis frees the context after this callback.
-    self->ac_ = nullptr;
-    self->ready_ = false;
-    self->lost(ac->errstr);
-    self->schedule_reconnect();
+    self->adapter_.forget();
+    self->run(self->fsm_.on_connect_failed(ac->errstr, random01()));
     return;
   }
-  self->ready_ = true;
-  if (self->backoff_.attempts() > 0) spdlog::info("Redis {}: connected again", self->cfg_.addresses.front().str());
-  else spdlog::info("Redis {}: connected", self->cfg_.addresses.front().str());
-  self->backoff_.reset();
+  self->run(self->fsm_.on_connected());
 }
 
 void connection::on_disconnect(const redisAsyncContext* ac, int status) {
   auto* self = static_cast<connection*>(ac->data);
-  self->ac_ = nullptr;
-  self->ready_ = false;
-  if (self->stopped_) return;
-  self->lost(status == REDIS_OK ? "closed" : (ac->errstr[0] ? ac->errstr : "connection lost"));
-  self->schedule_reconnect();
+  self->adapter_.forget();
+  const char* why = status == REDIS_OK ? "closed" : (ac->errstr[0] ? ac->errstr : "connection lost");
+  self->run(self->fsm_.on_lost(why, random01()));
 }
 
-void connection::lost(const char* why) {
+void connection::log_lost(const char* why) {
   // One line per cause per few seconds, with a count of what was not logged.
   std::uint64_t suppressed = 0;
   if (!error_log_.due(why, clock::now(), suppressed)) return;
-  if (suppressed) spdlog::warn("Redis {}: {} ({} more since the last report)", cfg_.addresses.front().str(), why, suppressed);
-  else spdlog::warn("Redis {}: {}", cfg_.addresses.front().str(), why);
-}
-
-void connection::schedule_reconnect() {
-  if (stopped_) return;
-  auto delay = backoff_.next(random01());
-  reconnect_timer_.expires_after(delay);
-  reconnect_timer_.async_wait([self = shared_from_this()](error_code ec) {
-    if (!ec && !self->stopped_ && !self->ac_) self->connect();
-  });
-}
-
-void connection::add_read(void* p) {
-  auto* self = static_cast<connection*>(p);
-  self->want_read_ = true;
-  self->wait_read();
-}
-void connection::del_read(void* p) { static_cast<connection*>(p)->want_read_ = false; }
-void connection::add_write(void* p) {
-  auto* self = static_cast<connection*>(p);
-  self->want_write_ = true;
-  self->write_soon();
-}
-void connection::del_write(void* p) { static_cast<connection*>(p)->want_write_ = false; }
-
-void connection::cleanup(void* p) {
-  auto* self = static_cast<connection*>(p);
-  self->want_read_ = self->want_write_ = false;
-  if (self->sd_.is_open()) {
-    boost::system::error_code ec;
-    self->sd_.cancel(ec);
-    // hiredis closes the descriptor itself.
-    self->sd_.release();
-  }
-}
-
-void connection::wait_read() {
-  if (reading_ || !want_read_ || !sd_.is_open()) return;
-  reading_ = true;
-  sd_.async_wait(asio::posix::stream_descriptor::wait_read, [self = shared_from_this()](error_code ec) {
-    self->reading_ = false;
-    if (ec || !self->ac_) return;
-    if (self->want_read_) redisAsyncHandleRead(self->ac_);
-    self->wait_read();
-  });
-}
-
-void connection::write_soon() {
-  // Once connected the socket is almost always writable: write at the end of this
-  // event-loop turn (commands queued meanwhile go in the same write) and wait for
-  // writability only if hiredis could not write everything.
-  if (writing_ || !want_write_ || !sd_.is_open()) return;
-  if (!ac_ || !(ac_->c.flags & REDIS_CONNECTED)) {
-    wait_write();
-    return;
-  }
-  writing_ = true;
-  asio::post(ex_, [self = shared_from_this()] {
-    self->writing_ = false;
-    if (!self->ac_ || !self->want_write_) return;
-    redisAsyncHandleWrite(self->ac_);
-    self->wait_write();
-  });
-}
-
-void connection::wait_write() {
-  if (writing_ || !want_write_ || !sd_.is_open()) return;
-  writing_ = true;
-  sd_.async_wait(asio::posix::stream_descriptor::wait_write, [self = shared_from_this()](error_code ec) {
-    self->writing_ = false;
-    if (ec || !self->ac_) return;
-    if (self->want_write_) redisAsyncHandleWrite(self->ac_);
-    self->wait_write();
-  });
-}
-
-void append_bulk(std::string& out, std::string_view s) {
-  char head[24] = "$";
-  auto end = std::to_chars(head + 1, head + sizeof head - 2, s.size()).ptr;
-  *end++ = '\r';
-  *end++ = '\n';
-  out.append(head, static_cast<std::size_t>(end - head));
-  out.append(s);
-  out.append("\r\n", 2);
+  if (suppressed) spdlog::warn("Redis {}: {} ({} more since the last report)", endpoint_.str(), why, suppressed);
+  else spdlog::warn("Redis {}: {}", endpoint_.str(), why);
 }
 
 void connection::finish(pending* p, error_code ec, const redisReply* r) {
-  p->finished = true;
   if (p->done) {
     auto done = std::move(p->done);
     done(ec, r);
@@ -265,6 +160,13 @@ void connection::finish(pending* p, error_code ec, const redisReply* r) {
 
 void connection::fail_later(raw_completion done, error_code ec) {
   if (done) asio::post(ex_, [done = std::move(done), ec] { done(ec, nullptr); });
+}
+
+connection::raw_completion connection::post_copy(completion done) const {
+  if (!done) return {};
+  return [ex = ex_, done = std::move(done)](error_code ec, const redisReply* r) mutable {
+    asio::post(ex, [done = std::move(done), ec, r = reply::from(r)]() mutable { done(ec, std::move(r)); });
+  };
 }
 
 void connection::on_reply(redisAsyncContext* ac, void* r, void* privdata) {
@@ -277,28 +179,39 @@ void connection::on_reply(redisAsyncContext* ac, void* r, void* privdata) {
       break;
     }
   auto* rep = static_cast<const redisReply*>(r);
-  if (!p->finished && rep && rep->type == REDIS_REPLY_ERROR && p->eval_argc != 0 && self->ac_ &&
-      std::string_view(rep->str, rep->len).starts_with("NOSCRIPT")) {
-    // Flushed, or a new server: EVAL sends the script (and caches it) once.
-    std::string cmd = "*" + std::to_string(p->eval_argc + 2) + "\r\n";
-    append_bulk(cmd, "EVAL");
-    append_bulk(cmd, self->script_);
-    cmd += p->eval_args;
-    auto* again = new pending{std::move(p->done), clock::now() + self->cfg_.timeout, false, 0, {}};
-    delete p;
-    self->queue(cmd, again);
-    return;
-  }
-  if (!p->finished) {
-    if (rep) self->finish(p, {}, rep);
-    else self->finish(p, errc::disconnected, nullptr);
+  switch (p->fsm.on_reply(kind_of(rep), self->adapter_.context() != nullptr)) {
+    case reply_action::deliver:
+      self->finish(p, {}, rep);
+      break;
+    case reply_action::fail_lost:
+      self->finish(p, errc::disconnected, nullptr);
+      break;
+    case reply_action::send_eval: {
+      // Flushed, or a new server: EVAL sends the script (and caches it) once.
+      auto cmd = self->script_.eval(p->eval_argc, p->eval_args);
+      std::string().swap(p->eval_args);
+      p->deadline = clock::now() + self->cfg_.timeout;
+      self->queue(cmd, p);
+      return;
+    }
+    case reply_action::discard:
+      break;
   }
   delete p;
 }
 
 bool connection::queue(const std::string& cmd, pending* p) {
-  if (!ac_ || !ready_ ||
-      redisAsyncFormattedCommand(ac_, &connection::on_reply, p, cmd.data(), cmd.size()) != REDIS_OK) {
+  if (!connected()) {
+    fail_later(std::move(p->done), errc::not_connected);
+    delete p;
+    return false;
+  }
+  return submit(cmd, p);
+}
+
+bool connection::submit(const std::string& cmd, pending* p) {
+  auto* ac = adapter_.context();
+  if (!ac || redisAsyncFormattedCommand(ac, &connection::on_reply, p, cmd.data(), cmd.size()) != REDIS_OK) {
     fail_later(std::move(p->done), errc::not_connected);
     delete p;
     return false;
@@ -309,29 +222,20 @@ bool connection::queue(const std::string& cmd, pending* p) {
 }
 
 void connection::send(const std::vector<std::string>& args, completion done) {
-  std::string cmd = "*" + std::to_string(args.size()) + "\r\n";
-  for (const auto& a : args) append_bulk(cmd, a);
-  raw_completion raw;
-  if (done)
-    raw = [ex = ex_, done = std::move(done)](error_code ec, const redisReply* r) mutable {
-      asio::post(ex, [done = std::move(done), ec, r = reply::from(r)]() mutable { done(ec, std::move(r)); });
-    };
-  queue(cmd, new pending{std::move(raw), clock::now() + cfg_.timeout, false, 0, {}});
+  queue(format_command(args), new pending{post_copy(std::move(done)), clock::now() + cfg_.timeout, command_fsm(), 0, {}});
 }
 
 void connection::eval(std::size_t argc, std::string args, raw_completion done) {
-  std::string cmd = "*" + std::to_string(argc + 2) + "\r\n";
-  append_bulk(cmd, "EVALSHA");
-  append_bulk(cmd, sha_);
-  cmd += args;
-  auto* p = new pending{std::move(done), clock::now() + cfg_.timeout, false, argc, std::move(args)};
+  auto cmd = script_.evalsha(argc, args);
+  auto* p = new pending{std::move(done), clock::now() + cfg_.timeout, command_fsm(command_fsm::stage::evalsha), argc,
+                        std::move(args)};
   queue(cmd, p);
 }
 
 void connection::arm_deadline_timer() {
   if (deadline_armed_) return;
   for (auto* p : pending_) {
-    if (p->finished) continue;
+    if (p->fsm.timed_out()) continue;
     deadline_armed_ = true;
     deadline_timer_.expires_at(p->deadline);
     deadline_timer_.async_wait([self = shared_from_this()](error_code ec) {
@@ -339,10 +243,10 @@ void connection::arm_deadline_timer() {
       if (ec) return;
       auto now = clock::now();
       for (auto* q : self->pending_) {
-        if (q->finished) continue;
+        if (q->fsm.timed_out()) continue;
         if (q->deadline > now) break;
         // The reply may still come: it is discarded then (the command may have run).
-        self->finish(q, errc::timeout, nullptr);
+        if (q->fsm.on_deadline()) self->finish(q, errc::timeout, nullptr);
       }
       self->arm_deadline_timer();
     });

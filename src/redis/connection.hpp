@@ -1,7 +1,6 @@
 #pragma once
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
-#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include <chrono>
@@ -13,22 +12,25 @@
 
 #include "config/config.hpp"
 #include "obs/logging.hpp"
-#include "redis/backoff.hpp"
+#include "redis/adapter.hpp"
+#include "redis/command_fsm.hpp"
+#include "redis/connect_fsm.hpp"
+#include "redis/error.hpp"
 #include "redis/reply.hpp"
+#include "redis/resp.hpp"
+#include "redis/script.hpp"
+#include "redis/topology.hpp"
 
 struct redisAsyncContext;
 struct redisReply;
 
 namespace fg::redis {
 
-enum class errc { not_connected = 1, timeout, disconnected, protocol };
-const boost::system::error_category& category();
-inline boost::system::error_code make_error_code(errc e) { return {static_cast<int>(e), category()}; }
-
-// One Redis connection driven by a worker's event loop: hiredis' async API with our
-// own Asio adapter, many commands in flight (pipelined), a deadline per command
-// (a late reply is discarded), AUTH/SELECT and script loading on every connect,
-// reconnect with jittered exponential backoff. Not thread-safe: one per worker.
+// One Redis connection driven by a worker's event loop: hiredis' async API on our
+// Asio adapter, many commands in flight (pipelined), a deadline per command (a late
+// reply is discarded), AUTH/SELECT and script loading on every connect, reconnect
+// with jittered exponential backoff. What to do when is decided by connect_fsm and
+// command_fsm; this class does the I/O. Not thread-safe: one per worker.
 class connection : public std::enable_shared_from_this<connection> {
  public:
   using completion = std::function<void(boost::system::error_code, reply)>;
@@ -41,7 +43,7 @@ class connection : public std::enable_shared_from_this<connection> {
   ~connection();
   void start();
   void stop();
-  bool connected() const { return ac_ != nullptr && ready_; }
+  bool connected() const { return adapter_.context() != nullptr && fsm_.ready(); }
 
   // Sends a command; `done` is posted to the executor with the reply or an error
   // (not_connected at once when down, timeout after redis.timeout).
@@ -56,55 +58,42 @@ class connection : public std::enable_shared_from_this<connection> {
   struct pending {
     raw_completion done;
     std::chrono::steady_clock::time_point deadline;
-    bool finished = false;
+    command_fsm fsm;
     std::size_t eval_argc = 0;  // an EVALSHA: its arguments, to send again as EVAL on NOSCRIPT
     std::string eval_args;
   };
   static void on_reply(redisAsyncContext* ac, void* r, void* privdata);
   static void on_connect(const redisAsyncContext* ac, int status);
   static void on_disconnect(const redisAsyncContext* ac, int status);
-  static void add_read(void* self);
-  static void del_read(void* self);
-  static void add_write(void* self);
-  static void del_write(void* self);
-  static void cleanup(void* self);
 
+  // Does what the connect state machine asked for.
+  void run(const connect_action& a);
   void connect();
   void connect_to(const std::string& ip);
-  void lost(const char* why);
-  void schedule_reconnect();
-  void wait_read();
-  void write_soon();
-  void wait_write();
+  void queue_setup();
+  void log_lost(const char* why);
   void arm_deadline_timer();
   void finish(pending* p, boost::system::error_code ec, const redisReply* r);
-  // Queues the RESP command `cmd` for `p` (which it takes); false (p deleted, done not
-  // called) when hiredis refuses it.
+  // Queues the RESP command `cmd` for `p` (which it takes) once connected; false (p
+  // deleted, done posted with not_connected) when down or hiredis refuses it.
   bool queue(const std::string& cmd, pending* p);
+  // The same, before the connect completes too (the setup commands).
+  bool submit(const std::string& cmd, pending* p);
   void fail_later(raw_completion done, boost::system::error_code ec);
+  raw_completion post_copy(completion done) const;
 
   boost::asio::any_io_executor ex_;
   config::redis_config cfg_;
-  std::string script_, sha_;
-  redisAsyncContext* ac_ = nullptr;
-  bool ready_ = false;  // connected (AUTH/SELECT queued ahead of everything else)
-  bool stopped_ = false;
-  boost::asio::posix::stream_descriptor sd_;
-  bool want_read_ = false, want_write_ = false, reading_ = false, writing_ = false;
+  script script_;
+  std::unique_ptr<topology> topology_;
+  config::endpoint endpoint_;  // the one connected (or being connected) to
+  adapter adapter_;
+  connect_fsm fsm_;
   std::deque<pending*> pending_;
   boost::asio::steady_timer deadline_timer_;
   bool deadline_armed_ = false;
   boost::asio::steady_timer reconnect_timer_;
-  backoff backoff_;
   obs::error_log_limiter error_log_;
 };
 
 }  // namespace fg::redis
-
-namespace fg::redis {
-// Appends `s` to a RESP command as one bulk string ($<length>\r\n<s>\r\n).
-void append_bulk(std::string& out, std::string_view s);
-}  // namespace fg::redis
-
-template <>
-struct boost::system::is_error_code_enum<fg::redis::errc> : std::true_type {};

@@ -1,0 +1,15 @@
+#pragma once
+#include <boost/system/error_code.hpp>
+
+#include <type_traits>
+
+namespace fg::redis {
+
+enum class errc { not_connected = 1, timeout, disconnected, protocol };
+const boost::system::error_category& category();
+inline boost::system::error_code make_error_code(errc e) { return {static_cast<int>(e), category()}; }
+
+}  // namespace fg::redis
+
+template <>
+struct boost::system::is_error_code_enum<fg::redis::errc> : std::true_type {};
