@@ -1,5 +1,9 @@
 #include "limit/keys.hpp"
 
+#include <boost/url/decode_view.hpp>
+#include <boost/url/grammar/string_token.hpp>
+#include <boost/url/pct_string_view.hpp>
+
 #include <array>
 #include <cstdio>
 
@@ -7,14 +11,9 @@
 
 namespace fg::limit {
 
-namespace {
+namespace urls = boost::urls;
 
-int hexval(char h) {
-  if (h >= '0' && h <= '9') return h - '0';
-  if (h >= 'a' && h <= 'f') return h - 'a' + 10;
-  if (h >= 'A' && h <= 'F') return h - 'A' + 10;
-  return -1;
-}
+namespace {
 
 // Bytes that are escaped in a key: controls, space, non-ASCII, and the key's own
 // delimiters. A table: every byte of every identity passes here.
@@ -27,47 +26,28 @@ constexpr auto unsafe_bytes = [] {
 
 bool unsafe(unsigned char c) { return unsafe_bytes[c]; }
 
-// The byte that `s` escapes at `i` ("%4B"), or -1 if no valid escape starts there.
-int escape_at(std::string_view s, std::size_t i) {
-  if (s[i] != '%' || i + 2 >= s.size() || hexval(s[i + 1]) < 0 || hexval(s[i + 2]) < 0) return -1;
-  return hexval(s[i + 1]) * 16 + hexval(s[i + 2]);
-}
-
-// Percent-decoding (an invalid escape stays as it is); with `plus`, '+' is a space too
-// (query strings: application/x-www-form-urlencoded).
-void percent_decode(std::string_view raw, bool plus, std::string& out) {
+// Percent-decoding is Boost.URL's. With `plus`, '+' is a space too (query strings:
+// application/x-www-form-urlencoded). False, and `out` untouched, when an escape is bad.
+bool percent_decode(std::string_view raw, bool plus, std::string& out) {
+  auto valid = urls::make_pct_string_view(raw);
+  if (!valid) return false;
+  urls::encoding_opts opt;
+  opt.space_as_plus = plus;
   out.clear();
-  for (std::size_t i = 0; i < raw.size(); ++i) {
-    if (int b = escape_at(raw, i); b >= 0) {
-      out += static_cast<char>(b);
-      i += 2;
-    } else {
-      out += plus && raw[i] == '+' ? ' ' : raw[i];
-    }
-  }
-}
-
-// Whether every '%' in `raw` starts a valid escape.
-bool escapes_valid(std::string_view raw) {
-  for (auto i = raw.find('%'); i != std::string_view::npos; i = raw.find('%', i + 1))
-    if (escape_at(raw, i) < 0) return false;
+  valid->decode(opt, urls::string_token::assign_to(out));
   return true;
 }
 
+// Whether every '%' in `raw` starts a valid escape.
+bool escapes_valid(std::string_view raw) { return urls::make_pct_string_view(raw).has_value(); }
+
 // Whether the query parameter name `raw` decodes to `name`, without a copy.
 bool name_is(std::string_view raw, std::string_view name) {
-  std::size_t j = 0;
-  for (std::size_t i = 0; i < raw.size(); ++i, ++j) {
-    char c = raw[i];
-    if (int b = escape_at(raw, i); b >= 0) {
-      c = static_cast<char>(b);
-      i += 2;
-    } else if (c == '+') {
-      c = ' ';
-    }
-    if (j == name.size() || name[j] != c) return false;
-  }
-  return j == name.size();
+  auto valid = urls::make_pct_string_view(raw);
+  if (!valid) return false;  // its pair is dropped anyway (see query_param)
+  urls::encoding_opts opt;
+  opt.space_as_plus = true;
+  return urls::decode_view(*valid, opt) == name;
 }
 
 // FNV-1a, twice with different offsets: stable across builds and machines, so every
@@ -157,8 +137,7 @@ bool build_key(std::string& out, std::string_view prefix, std::string_view route
       case kind::query:
         // Decoded, so "abc" and "%61bc" are one identity (as they are to the upstream).
         if (auto raw = query_param(r.query, src.name)) {
-          percent_decode(*raw, true, decoded);
-          v = decoded;
+          if (percent_decode(*raw, true, decoded)) v = decoded;  // valid: query_param checked
         }
         break;
       case kind::cookie: {
@@ -166,12 +145,10 @@ bool build_key(std::string& out, std::string_view prefix, std::string_view route
         auto c = r.header ? r.header(r.header_ctx, "Cookie") : std::nullopt;
         if (c) {
           if (auto raw = cookie_value(*c, src.name)) {
-            if (raw->find('%') == std::string_view::npos) {
-              v = raw;
-            } else {
-              percent_decode(*raw, false, decoded);
-              v = decoded;
-            }
+            // A value with a bad escape is taken as it is.
+            v = raw->find('%') != std::string_view::npos && percent_decode(*raw, false, decoded)
+                    ? std::string_view(decoded)
+                    : *raw;
           }
         }
         break;
