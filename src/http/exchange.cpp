@@ -301,7 +301,8 @@ asio::awaitable<error_code> session::send_rest_of_body(upstream::connection& up,
     if (ec) co_return client_error(ec);
     if (!piece && !parser_->is_done()) continue;
     bytes_in_ += piece;
-    last_sent = !chunked || parser_->is_done();
+    // A body past the limit never gets its last chunk: upstream sees it cut short.
+    last_sent = (!chunked || parser_->is_done()) && !too_large();
     auto bufs = writes_.assign({}, body_buf_.get(), piece, chunked, last_sent);
     auto [wec, n] = co_await write_up(up, bufs, cfg.response_timeout);
     if (auto tec = timed(*watch_, wec)) co_return tec;
@@ -343,7 +344,8 @@ asio::awaitable<session::outcome> session::relay_response(upstream::connection& 
   const bool down_chunked = plan.rc.framing == response_framing::chunked;
   char* buf = body_buf();
   exchange_state st;
-  bool complete = !plan.body_expected;
+  // A body of Content-Length: 0 is complete with the head: nothing to wait for.
+  bool complete = !plan.body_expected || rp_->is_done();
   do {
     std::size_t piece = 0;
     error_code ec;

@@ -135,8 +135,12 @@ asio::awaitable<bool> session::run() {
         st = ctx_.limits->finish(limits_, ec);
       }
       if (ad_.status) o = co_await send_local(ad_.status, ad_.keep_alive, ad_.body);
-      else if (st == limit::status::over_limit) o = co_await send_limited();
-      else if (st == limit::status::error) o = co_await send_refusal(503, {}, "Retry-After: 1\r\n");
+      else if (st == limit::status::over_limit) {
+        const auto& r = limits_.route->response;
+        o = co_await send_local(r.status, keeps_after_refusal(), r.body, limits_.headers, r.content_type);
+      } else if (st == limit::status::error) {
+        o = co_await send_local(503, keeps_after_refusal(), {}, "Retry-After: 1\r\n");
+      }
       else o = co_await forward();
       give_back_body_buf();
     }
@@ -254,17 +258,6 @@ limit::status session::ask_limits() {
   limits_.client = ad_.client_key;
   limit::build_checks(limits_.checks, rt_->cfg->redis.key_prefix, route, parts);
   return ctx_.limits->start(limits_);
-}
-
-asio::awaitable<session::outcome> session::send_limited() {
-  const auto& r = limits_.route->response;
-  co_return co_await send_refusal(r.status, r.body, limits_.headers, r.content_type);
-}
-
-// The connection stays open only if the unread body cannot be mistaken for a request.
-asio::awaitable<session::outcome> session::send_refusal(unsigned status, std::string_view body, std::string_view extra,
-                                                       std::string_view content_type) {
-  co_return co_await send_local(status, parser_->keep_alive() && !ad_.has_body(), body, extra, content_type);
 }
 
 }  // namespace fg::http::detail

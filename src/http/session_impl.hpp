@@ -92,10 +92,9 @@ class session {
   limit::status ask_limits();
   asio::awaitable<outcome> send_local(unsigned status, bool keep_alive, std::string_view body = {},
                                       std::string_view extra = {}, std::string_view content_type = {});
-  asio::awaitable<outcome> send_limited();  // the route's 429
-  // A local answer to a request whose unread body leaves the connection unusable.
-  asio::awaitable<outcome> send_refusal(unsigned status, std::string_view body = {}, std::string_view extra = {},
-                                        std::string_view content_type = {});
+  // After a refusal (429, 503), the connection stays open only if the unread body
+  // cannot be mistaken for a request.
+  bool keeps_after_refusal() { return parser_->keep_alive() && !ad_.has_body(); }
   asio::awaitable<void> lingering_close();
   // An idle keep-alive connection holds no buffers: they go back to the allocator,
   // and come again with the next request's bytes.

@@ -20,9 +20,8 @@ struct body_category_impl final : boost::system::error_category {
   }
 };
 
-bool timed_out(boost::system::error_code ec) {
-  return ec == boost::beast::error::timeout || ec == boost::asio::error::timed_out;
-}
+// Our own deadline passed (the kernel's ETIMEDOUT is a failure like any other: 502).
+bool timed_out(boost::system::error_code ec) { return ec == boost::beast::error::timeout; }
 
 // The peer closed (or reset) a pooled connection before answering anything: the
 // request can go again on a fresh one.
@@ -43,7 +42,8 @@ failure_action on_failure(stage at, boost::system::error_code ec, const exchange
   const bool may_retry = s.reused && s.retry_safe && s.first;
   switch (at) {
     case stage::connect: return {false, 502};
-    case stage::send: return may_retry ? failure_action{true, 0} : failure_action{false, 502};
+    // A write that timed out is not tried again: the request would wait twice as long.
+    case stage::send: return may_retry && !timed_out(ec) ? failure_action{true, 0} : failure_action{false, 502};
     case stage::request_body:
       if (ec == body_errc::too_large) return {false, 413, false};
       return {false, ec == body_errc::timeout ? 408u : 400u, false};

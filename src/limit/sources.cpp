@@ -59,9 +59,10 @@ void memory_source::renew(limit_call& c) {
 }
 
 redis_source::redis_source(redis_batcher& batcher, std::shared_ptr<redis::connection> conn, std::string nonce_prefix)
-    : batcher_(batcher), conn_(std::move(conn)), nonce_prefix_(std::move(nonce_prefix)) {}
+    : batcher_(&batcher), conn_(std::move(conn)), nonce_prefix_(std::move(nonce_prefix)) {}
 
 status redis_source::start(limit_call& c) {
+  if (!batcher_) return status::error;
   // A nonce only if a limit names Redis entries after the request.
   c.nonce.clear();
   if (std::any_of(c.checks.begin(), c.checks.end(), [](const auto& k) { return config::names_entries(*k.cfg); })) {
@@ -73,7 +74,7 @@ status redis_source::start(limit_call& c) {
 }
 
 boost::asio::awaitable<std::tuple<boost::system::error_code>> redis_source::wait(limit_call& c) {
-  return batcher_.evaluate(c.checks, c.nonce, c.decisions);
+  return batcher_->evaluate(c.checks, c.nonce, c.decisions);
 }
 
 status redis_source::finish(limit_call& c, boost::system::error_code ec) {
@@ -102,6 +103,6 @@ void redis_source::renew(limit_call& c) {
                   {});
 }
 
-std::int64_t redis_source::round_trip_ms() const { return batcher_.round_trip_ms(); }
+std::int64_t redis_source::round_trip_ms() const { return batcher_ ? batcher_->round_trip_ms() : 0; }
 
 }  // namespace fg::limit

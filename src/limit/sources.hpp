@@ -34,12 +34,15 @@ class redis_source final : public decision_source {
   void release(limit_call& c) override;
   void renew(limit_call& c) override;
   std::int64_t round_trip_ms() const override;
-  // Lets go of the connection (the worker is shutting down): releases and renewals are
-  // dropped from now on.
-  void detach() { conn_.reset(); }
+  // Lets go of the connection and the batcher (the worker is shutting down): releases
+  // and renewals are dropped from now on, and nothing more is asked.
+  void detach() {
+    conn_.reset();
+    batcher_ = nullptr;
+  }
 
  private:
-  redis_batcher& batcher_;
+  redis_batcher* batcher_;
   std::shared_ptr<redis::connection> conn_;
   std::string nonce_prefix_;
 };

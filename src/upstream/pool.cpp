@@ -24,6 +24,9 @@ void pool::configure(const std::vector<config::upstream_config>& upstreams) {
       n.idle = std::move(old->second.idle);
       n.endpoints = std::move(old->second.endpoints);
       n.resolved_at = old->second.resolved_at;
+      n.address_id = old->second.address_id;
+    } else {
+      n.address_id = ++next_address_id_;
     }
     if (n.idle.size() > n.cfg.max_idle) n.idle.resize(n.cfg.max_idle);
   }
@@ -106,6 +109,7 @@ asio::awaitable<connection_ptr> pool::connect(std::string_view upstream, deadlin
   }
   auto eps = s->endpoints;
   auto c = std::make_unique<connection>(ex_);
+  c->address_id = s->address_id;
   watch.upstream = &c->socket;
   auto [cec, ep] = co_await asio::async_connect(c->socket, eps, use_tuple);
   if (cec) {
@@ -123,7 +127,7 @@ asio::awaitable<connection_ptr> pool::connect(std::string_view upstream, deadlin
 void pool::release(std::string_view upstream, connection_ptr c) {
   auto* s = find(upstream);
   // Bytes after a complete response mean the upstream is out of step: never reuse.
-  if (!s || s->idle.size() >= s->cfg.max_idle || c->buffer.size() != 0) return;
+  if (!s || s->idle.size() >= s->cfg.max_idle || c->buffer.size() != 0 || c->address_id != s->address_id) return;
   c->idle_since = deadline::coarse_now;
   s->idle.push_back(std::move(c));
 }

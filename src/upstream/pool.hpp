@@ -23,6 +23,7 @@ struct connection {
   boost::beast::flat_buffer buffer{64 * 1024};
   bool reused = false;  // came from the idle pool (may have been closed by the peer)
   std::chrono::steady_clock::time_point idle_since{};
+  std::uint64_t address_id = 0;  // which address of its upstream it is connected to (see pool)
 };
 using connection_ptr = std::unique_ptr<connection>;
 
@@ -56,6 +57,9 @@ class pool {
     std::vector<connection_ptr> idle;
     std::vector<boost::asio::ip::tcp::endpoint> endpoints;
     std::chrono::steady_clock::time_point resolved_at{};
+    // New whenever the upstream's address changes: a connection made to an older one is
+    // not taken back (a request of an older config snapshot may still hold one).
+    std::uint64_t address_id = 0;
   };
   struct name_hash {
     using is_transparent = void;
@@ -65,6 +69,7 @@ class pool {
   // The slot found last (most requests go to one upstream): no hashing for it.
   std::pair<const std::string, slot>* last_ = nullptr;
   boost::asio::any_io_executor ex_;
+  std::uint64_t next_address_id_ = 0;
   // Nodes stay put while others come and go: a slot outlives a connect's awaits unless
   // a reload removes its upstream.
   std::unordered_map<std::string, slot, name_hash, std::equal_to<>> slots_;

@@ -47,6 +47,19 @@ def test_body_over_limit_is_413(gateway_factory, upstream):
     assert ok.status == 200 and ok.json()["length"] == 1000
 
 
+def test_chunked_body_crossing_the_limit_never_reaches_upstream_whole(gateway_factory, upstream):
+    """The piece that crosses max_body_bytes arrives with the last chunk (after a first
+    piece of 32 KiB went upstream): upstream never gets the last chunk, so it never sees
+    a complete request, and the client gets 413."""
+    g = gateway_factory(http={"max_body_bytes": 40000})
+    upstream.reset()
+    with g.connect() as s:
+        s.sendall(b"POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                  + b"c350\r\n" + b"z" * 50000 + b"\r\n0\r\n\r\n")
+        assert read_response(s).status == 413
+    assert upstream.stats()["requests"] == 0
+
+
 def test_upstream_refused_is_502(gateway_factory):
     dead = free_port()
     g = gateway_factory(upstream_address=f"127.0.0.1:{dead}")

@@ -31,6 +31,20 @@ def test_forwards_and_rewrites_headers(gateway):
     assert r.header("connection") == "close"
 
 
+def test_empty_response_body_is_relayed_at_once(gateway):
+    """A response of Content-Length: 0 is complete with its head: relayed at once, not
+    after waiting on the upstream connection for a body that never comes."""
+    import time
+    with gateway.connect() as s:
+        rd = Reader(s)
+        for _ in range(3):
+            start = time.monotonic()
+            s.sendall(get("/download?bytes=0"))
+            r = read_response(s, reader=rd)
+            assert r.status == 200 and r.body == b""
+            assert time.monotonic() - start < 0.5
+
+
 def test_request_id_kept_when_present(gateway):
     r = gateway.request(get("/echo", extra="X-Request-Id: abc-123\r\n"))
     hdr = {k.lower(): v for k, v in r.json()["headers"]}

@@ -42,6 +42,8 @@ TEST_CASE("upstream failures map to one retry or one status", "[http][failure]")
       {stage::send,          pipe,     true,  true,  false, false, false, 502, true},   // only once
       {stage::send,          pipe,     false, true,  true,  false, false, 502, true},   // a fresh one failed
       {stage::send,          pipe,     true,  false, true,  false, false, 502, true},   // a body / not idempotent
+      {stage::send,          timeout,  true,  true,  true,  false, false, 502, true},   // a slow write: not twice
+      {stage::response_head, boost::asio::error::timed_out, true, true, false, false, false, 502, true},  // ETIMEDOUT
       {stage::request_body,  too_large, true, false, true,  false, false, 413, false},
       {stage::request_body,  body_timeout, true, false, true, false, false, 408, false},
       {stage::request_body,  malformed, true, false, true,  false, false, 400, false},
