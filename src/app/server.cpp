@@ -129,8 +129,9 @@ int server::run() {
   main_ioc.restart();
   spdlog::info("signal {}: draining (up to {}ms)", signal_number, cfg.http.drain_timeout.count());
   listener.close();
-  // Draining is not serving: the admin listener goes first (its thread joins here).
-  if (admin_listener) admin_listener->stop();
+  // Draining is not serving: the admin listener goes first (its thread joins, its
+  // connections close).
+  admin_listener.reset();
   for (auto& w : workers) w->drain();
 
   // Workers return from run() once their last connection ends; the timer bounds the wait.

@@ -1,5 +1,6 @@
 """The admin listener (admin.listen): /healthz, /readyz, /config on a port of its own."""
 import select
+import signal
 import socket
 import subprocess
 import time
@@ -244,3 +245,21 @@ routes:
     assert f"cannot listen on admin.listen 127.0.0.1:{port}" in out, out
     assert "in use" in out.lower(), out
     assert "floodgate listening on" not in out, out
+
+
+def test_admin_closes_when_the_drain_begins(gateway_factory, upstream):
+    g = with_admin(lambda extra: gateway_factory(extra=extra))
+    idle = socket.create_connection(("127.0.0.1", g.admin_port), timeout=5)
+    with g.connect() as slow:
+        # An in-flight request keeps the drain going while the admin is checked.
+        slow.sendall(get("/slow?ms=1500"))
+        end = time.monotonic() + 2
+        while upstream.stats()["requests"] == 0:
+            assert time.monotonic() < end, "the slow request never reached the upstream"
+            time.sleep(0.02)
+        g.proc.send_signal(signal.SIGTERM)
+        assert is_closed(idle, 1)
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", g.admin_port), timeout=1).close()
+        assert read_response(slow).status == 200  # the proxy drains meanwhile
+    idle.close()
