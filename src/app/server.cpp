@@ -10,8 +10,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
 #include <thread>
 
+#include "admin/listener.hpp"
 #include "limit/memory_store.hpp"
 #include "obs/access_log.hpp"
 
@@ -21,6 +23,51 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 
 server::server(std::shared_ptr<const http::runtime> rt) : rt_(std::move(rt)) {}
+
+namespace {
+
+// What the admin thread may see of the workers: their "store usable" atomics and the
+// configuration snapshot, nothing that a worker's thread owns.
+class worker_status final : public admin::status_source {
+ public:
+  worker_status(config::snapshot cfg, const std::vector<std::unique_ptr<worker>>& workers)
+      : cfg_(std::move(cfg)), workers_(workers) {}
+
+  config::snapshot current_config() const override { return cfg_; }
+
+  admin::readiness ready() const override {
+    if (!cfg_) return {false, "no configuration loaded"};
+    if (cfg_->store != config::store_kind::redis) return {true, {}};
+    std::size_t down = 0;
+    for (const auto& w : workers_) down += w->store_usable() ? 0 : 1;
+    if (down == 0 && !workers_.empty()) return {true, {}};
+    return {false, fmt::format("redis unreachable on {} of {} workers", down, workers_.size())};
+  }
+
+ private:
+  config::snapshot cfg_;
+  const std::vector<std::unique_ptr<worker>>& workers_;
+};
+
+// Binds the proxy's listening socket; false (logged) when it cannot.
+bool bind_listener(tcp::acceptor& listener, const config::endpoint& at) {
+  try {
+    tcp::resolver resolver(listener.get_executor());
+    auto results = resolver.resolve(at.host, std::to_string(at.port), tcp::resolver::passive);
+    auto ep = results.begin()->endpoint();
+    listener.open(ep.protocol());
+    listener.set_option(tcp::acceptor::reuse_address(true));
+    listener.bind(ep);
+    listener.listen(asio::socket_base::max_listen_connections);
+  } catch (const std::exception& e) {
+    spdlog::error("cannot listen on {}: {}", at.str(), e.what());
+    return false;
+  }
+  listener.non_blocking(true);
+  return true;
+}
+
+}  // namespace
 
 std::size_t max_connections(const config::config& cfg, unsigned workers) {
   // The soft descriptor limit is raised to the hard one (as nginx's worker_rlimit_nofile).
@@ -44,30 +91,32 @@ int server::run() {
   const auto& cfg = *rt_->cfg;
   asio::io_context main_ioc;
   tcp::acceptor listener(main_ioc);
-  try {
-    tcp::resolver resolver(main_ioc);
-    auto results = resolver.resolve(cfg.listen.host, std::to_string(cfg.listen.port), tcp::resolver::passive);
-    auto ep = results.begin()->endpoint();
-    listener.open(ep.protocol());
-    listener.set_option(tcp::acceptor::reuse_address(true));
-    listener.bind(ep);
-    listener.listen(asio::socket_base::max_listen_connections);
-  } catch (const std::exception& e) {
-    spdlog::error("cannot listen on {}: {}", cfg.listen.str(), e.what());
-    return 1;
+  if (!bind_listener(listener, cfg.listen)) return 1;
+  std::vector<std::unique_ptr<worker>> workers;
+  // The admin listener (admin.listen) on a thread of its own, bound before any worker runs.
+  worker_status status(rt_->cfg, workers);
+  std::optional<admin::listener> admin_listener;
+  if (cfg.admin.listen) {
+    admin_listener.emplace(status);
+    if (auto ec = admin_listener->listen(*cfg.admin.listen)) {
+      spdlog::error("cannot listen on admin.listen {}: {}", cfg.admin.listen->str(), ec.message());
+      return 1;
+    }
   }
-  listener.non_blocking(true);
 
   unsigned n = cfg.workers ? cfg.workers : std::max(1u, std::thread::hardware_concurrency());
   auto access = obs::access_log::open(cfg.log);
   limit::memory_store memory(cfg.memory.max_keys);
   http::connection_limit connections;
   connections.max = max_connections(cfg, n);
-  std::vector<std::unique_ptr<worker>> workers;
   for (unsigned i = 0; i < n; ++i) workers.push_back(std::make_unique<worker>(i, rt_, access, &memory, &connections));
   for (auto& w : workers) w->start(listener.native_handle());
   spdlog::info("floodgate listening on {} with {} worker(s), {} route(s), at most {} connections", cfg.listen.str(), n,
                cfg.routes.size(), connections.max);
+  if (admin_listener) {
+    admin_listener->start();
+    spdlog::info("admin listening on {}", cfg.admin.listen->str());
+  }
   if (cfg.store == config::store_kind::redis && cfg.redis.mode != config::redis_mode::standalone)
     spdlog::warn("redis.mode cluster/sentinel is not implemented yet: using the first address as a standalone server");
 
@@ -80,6 +129,9 @@ int server::run() {
   main_ioc.restart();
   spdlog::info("signal {}: draining (up to {}ms)", signal_number, cfg.http.drain_timeout.count());
   listener.close();
+  // Draining is not serving: the admin listener goes first (its thread joins, its
+  // connections close).
+  admin_listener.reset();
   for (auto& w : workers) w->drain();
 
   // Workers return from run() once their last connection ends; the timer bounds the wait.

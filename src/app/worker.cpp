@@ -59,6 +59,8 @@ worker::worker(unsigned id, std::shared_ptr<const http::runtime> rt, std::shared
     redis_source_ = std::make_unique<limit::redis_source>(*batcher_, redis_, random_nonce_prefix());
     denies_ = std::make_unique<limit::deny_cache>();
     store = redis_source_.get();
+    // Not usable until the first tick sees it connected.
+    store_usable_.store(false, std::memory_order_relaxed);
   }
   // Lease ids unique across workers: the worker id in the top bits.
   limits_ = std::make_unique<limit::policy>(*store, *memory_, denies_.get(), static_cast<std::uint64_t>(id) << 48);
@@ -156,6 +158,7 @@ asio::awaitable<void> worker::sweep_deadlines() {
     auto [ec] = co_await tick.async_wait(asio::as_tuple(asio::use_awaitable));
     if (ec) co_return;
     ctx_.deadlines.sweep(deadline::clock::now());
+    store_usable_.store(!redis_ || redis_->connected(), std::memory_order_relaxed);
     // Drained and nothing left: let the io_context run out of work.
     if (ctx_.draining && ctx_.deadlines.empty()) {
       if (redis_) redis_->stop();

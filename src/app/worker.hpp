@@ -2,6 +2,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
+#include <atomic>
 #include <memory>
 #include <thread>
 
@@ -32,6 +33,9 @@ class worker {
   void join();
   // Thread-safe. Later requests use the new snapshot.
   void update(std::shared_ptr<const http::runtime> rt);
+  // Thread-safe. The store answers (Redis connected; always with the memory store), as
+  // of the last sweeper tick.
+  bool store_usable() const { return store_usable_.load(std::memory_order_relaxed); }
 
  private:
   boost::asio::awaitable<void> accept_loop();
@@ -52,6 +56,8 @@ class worker {
   std::unique_ptr<limit::redis_source> redis_source_;
   std::unique_ptr<limit::deny_cache> denies_;
   std::unique_ptr<limit::policy> limits_;
+  // Written by this worker's sweeper only, read by the admin thread (/readyz).
+  std::atomic<bool> store_usable_{true};
   std::thread thread_;
 };
 

@@ -1,0 +1,15 @@
+#pragma once
+#include <boost/json/object.hpp>
+
+#include "config/config.hpp"
+
+namespace fg::admin {
+
+// Stands for a secret's value in /config (an empty secret shows as "").
+inline constexpr const char* redacted = "<redacted>";
+
+// The effective configuration as JSON, for /config: durations in milliseconds (keys
+// ending in _ms), secrets (redis.password) replaced by `redacted`.
+boost::json::object config_to_json(const config::config& cfg);
+
+}  // namespace fg::admin

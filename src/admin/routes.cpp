@@ -1,0 +1,77 @@
+#include "admin/routes.hpp"
+
+#include <boost/json/serialize.hpp>
+#include <boost/url/parse.hpp>
+
+#include <array>
+
+#include "admin/config_json.hpp"
+
+namespace fg::admin {
+
+namespace json = boost::json;
+
+namespace {
+
+reply json_reply(unsigned status, const json::object& o) { return {status, json::serialize(o), "application/json", {}}; }
+
+reply healthz(const status_source&) { return json_reply(200, {{"status", "alive"}}); }
+
+reply readyz(const status_source& status) {
+  auto r = status.ready();
+  if (r.ready) return json_reply(200, {{"status", "ready"}});
+  return json_reply(503, {{"status", "not ready"}, {"reason", r.reason}});
+}
+
+reply effective_config(const status_source& status) {
+  auto cfg = status.current_config();
+  if (!cfg) return json_reply(503, {{"error", "no configuration loaded"}});
+  return json_reply(200, config_to_json(*cfg));
+}
+
+struct endpoint {
+  std::string_view path;
+  // The methods it takes, as the Allow header lists them; HEAD wherever GET is.
+  std::string_view allow;
+  reply (*handle)(const status_source&);
+};
+
+// Later rows (issue 13): {"/metrics", "GET, HEAD", ...}, {"/limits", "GET, HEAD", ...},
+// {"/reload", "POST", ...}.
+constexpr std::array<endpoint, 3> endpoints{{
+    {"/healthz", "GET, HEAD", &healthz},
+    {"/readyz", "GET, HEAD", &readyz},
+    {"/config", "GET, HEAD", &effective_config},
+}};
+
+bool allowed(std::string_view allow, std::string_view method) {
+  while (!allow.empty()) {
+    auto comma = allow.find(',');
+    auto item = allow.substr(0, comma);
+    if (item == method) return true;
+    if (comma == std::string_view::npos) break;
+    allow.remove_prefix(comma + 1);
+    while (!allow.empty() && allow.front() == ' ') allow.remove_prefix(1);
+  }
+  return false;
+}
+
+}  // namespace
+
+reply dispatch(std::string_view method, std::string_view target, const status_source& status) {
+  auto url = boost::urls::parse_origin_form(target);
+  if (!url) return json_reply(400, {{"error", "bad request target"}});
+  const auto path = url->encoded_path();
+  for (const auto& e : endpoints) {
+    if (path != e.path) continue;
+    if (!allowed(e.allow, method)) {
+      auto r = json_reply(405, {{"error", "method not allowed"}});
+      r.allow = e.allow;
+      return r;
+    }
+    return e.handle(status);
+  }
+  return json_reply(404, {{"error", "not found"}});
+}
+
+}  // namespace fg::admin

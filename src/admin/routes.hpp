@@ -1,0 +1,22 @@
+#pragma once
+#include <string>
+#include <string_view>
+
+#include "admin/status.hpp"
+
+namespace fg::admin {
+
+// One admin answer, before it becomes an HTTP response (pure, tested without sockets).
+struct reply {
+  unsigned status = 200;
+  std::string body;
+  std::string content_type = "application/json";
+  // Set on 405: the methods the path takes.
+  std::string allow;
+};
+
+// The admin paths: each with the methods it takes and its handler. /metrics, /limits
+// and POST /reload (issue 13) are further rows of this table; until then they are 404.
+reply dispatch(std::string_view method, std::string_view target, const status_source& status);
+
+}  // namespace fg::admin

@@ -1,0 +1,265 @@
+"""The admin listener (admin.listen): /healthz, /readyz, /config on a port of its own."""
+import select
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+from conftest import BIN, Gateway, Upstream, free_port, get, is_closed, read_response
+
+
+def admin_extra(port):
+    return f'admin:\n  listen: "127.0.0.1:{port}"\n'
+
+
+def with_admin(start):
+    """Starts a gateway through start(extra) with an admin port; another port if taken."""
+    for _ in range(3):
+        port = free_port()
+        try:
+            g = start(admin_extra(port))
+        except RuntimeError:  # the admin port was taken meanwhile: "cannot listen"
+            continue
+        g.admin_port = port
+        return g
+    raise RuntimeError("no free admin port")
+
+
+def admin_request(g, raw, timeout=5, head=False):
+    with socket.create_connection(("127.0.0.1", g.admin_port), timeout=timeout) as s:
+        s.sendall(raw)
+        return read_response(s, head_request=head)
+
+
+def admin_get(g, path, method="GET"):
+    raw = f"{method} {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n".encode()
+    return admin_request(g, raw, head=method == "HEAD")
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """One upstream and one memory-store gateway with an admin listener, for the stateless checks."""
+    u = Upstream()
+    d = tmp_path_factory.mktemp("admin")
+    n = [0]
+
+    def start(extra):
+        n[0] += 1
+        sub = d / f"g{n[0]}"
+        sub.mkdir()
+        return Gateway(sub, u.address, extra=extra, workers=2)
+
+    g = with_admin(start)
+    yield g, u
+    code = g.stop()
+    u.stop()
+    assert code == 0, g.log_text()
+
+
+def test_healthz(shared):
+    g, _ = shared
+    r = admin_get(g, "/healthz")
+    assert r.status == 200
+    assert r.header("content-type") == "application/json"
+    assert r.json() == {"status": "alive"}
+
+
+def test_readyz_with_the_memory_store_is_ready(shared):
+    g, _ = shared
+    r = admin_get(g, "/readyz")
+    assert r.status == 200 and r.header("content-type") == "application/json"
+    assert r.json() == {"status": "ready"}
+
+
+def test_config_is_the_effective_configuration(shared):
+    g, u = shared
+    r = admin_get(g, "/config")
+    assert r.status == 200 and r.header("content-type") == "application/json"
+    c = r.json()
+    assert c["listen"] == f"127.0.0.1:{g.port}"
+    assert c["admin"] == {"listen": f"127.0.0.1:{g.admin_port}"}
+    assert c["workers"] == 2 and c["store"] == "memory"
+    assert c["redis"]["timeout_ms"] == 200 and c["redis"]["key_prefix"] == "fgtest:"
+    assert c["http"]["header_timeout_ms"] == 2000 and c["http"]["idle_timeout_ms"] == 5000
+    assert c["upstreams"]["api"]["address"] == u.address
+    assert [rt["name"] for rt in c["routes"]] == ["all"]
+    assert c["routes"][0]["match"] == {"path_prefix": "/"}
+
+
+def test_head_has_the_get_head_and_no_body(shared):
+    g, _ = shared
+    body = admin_get(g, "/healthz").body
+    with socket.create_connection(("127.0.0.1", g.admin_port), timeout=5) as s:
+        # HEAD then GET on one keep-alive connection: no body bytes may sit between them.
+        s.sendall(b"HEAD /healthz HTTP/1.1\r\nHost: a\r\n\r\n")
+        r = read_response(s, head_request=True)
+        assert r.status == 200 and r.header("content-length") == str(len(body))
+        s.sendall(b"GET /readyz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        r2 = read_response(s)
+        assert r2.status == 200 and r2.json() == {"status": "ready"}
+
+
+def test_unknown_path_is_404_json(shared):
+    g, _ = shared
+    for path in ("/nope", "/metrics", "/limits", "/reload", "/healthz/x"):
+        r = admin_get(g, path)
+        assert r.status == 404, path
+        assert r.header("content-type") == "application/json"
+        assert "error" in r.json()
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "OPTIONS"])
+def test_other_methods_are_405_with_allow(shared, method):
+    g, _ = shared
+    r = admin_get(g, "/readyz", method=method)
+    assert r.status == 405
+    assert r.header("allow") == "GET, HEAD"
+
+
+def test_request_bodies_and_big_heads_are_refused(shared):
+    g, _ = shared
+    r = admin_request(g, b"GET /healthz HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc")
+    assert r.status == 413
+    r = admin_request(g, b"GET /healthz HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+    assert r.status == 413
+    r = admin_request(g, b"GET /healthz HTTP/1.1\r\nHost: a\r\nX-Big: " + b"x" * 9000 + b"\r\n\r\n")
+    assert r.status == 431
+
+
+def test_the_proxy_port_never_serves_admin(shared):
+    g, u = shared
+    before = u.stats()["requests"]
+    for path in ("/healthz", "/readyz", "/config"):
+        r = g.request(get(path))
+        assert r.body != b'{"status":"alive"}' and b'"redis"' not in r.body
+    # They were proxied paths like any other (the route is path_prefix: /).
+    assert u.stats()["requests"] == before + 3
+
+
+def test_admin_connections_are_capped_and_the_proxy_still_serves(shared):
+    g, _ = shared
+    socks = []
+    try:
+        for _ in range(40):
+            socks.append(socket.create_connection(("127.0.0.1", g.admin_port), timeout=5))
+        # Accepted in order: the rest are closed at once, the first 32 stay open (idle,
+        # until the 5 s read timeout: checked all at once, nothing to read on any).
+        assert all(is_closed(s, 3) for s in socks[32:])
+        readable, _, _ = select.select(socks[:32], [], [], 0.2)
+        assert readable == []
+        assert g.request(get("/echo")).status == 200
+        # One of the 32 still gets its answer.
+        socks[0].settimeout(5)
+        socks[0].sendall(b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n")
+        assert read_response(socks[0]).status == 200
+    finally:
+        for s in socks:
+            s.close()
+    # Their slots come back: a new admin connection is served.
+    end = time.monotonic() + 2
+    while True:
+        try:
+            if admin_get(g, "/healthz").status == 200:
+                break
+        except (OSError, EOFError):
+            pass
+        assert time.monotonic() < end, "admin slots never came back"
+        time.sleep(0.05)
+
+
+def test_config_redacts_the_redis_password(gateway_factory, tmp_path):
+    from conftest import RedisServer
+    d = tmp_path / "acl"
+    d.mkdir()
+    secret = "s3cret-Pa55-word"
+    r = RedisServer(d, extra=["--requirepass", secret], auth=["-a", secret, "--no-auth-warning"])
+    try:
+        g = with_admin(lambda extra: gateway_factory(
+            store="redis", redis=r.address, extra=extra, redis_extra=f'  password: "{secret}"\n'))
+        resp = admin_get(g, "/config")
+        assert resp.status == 200
+        assert secret.encode() not in resp.body
+        c = resp.json()
+        assert c["redis"]["password"] == "<redacted>"
+        assert c["redis"]["addresses"] == [r.address] and c["store"] == "redis"
+        assert wait_status(g, 200, within=5).status == 200  # AUTH with the real password worked
+    finally:
+        r.stop()
+
+
+def wait_status(g, status, within=2.0):
+    """Polls /readyz until it answers `status`; the last answer if it never does."""
+    end = time.monotonic() + within
+    while True:
+        r = admin_get(g, "/readyz")
+        if r.status == status or time.monotonic() >= end:
+            return r
+        time.sleep(0.02)
+
+
+def test_readyz_follows_the_redis_connection(gateway_factory, redis_server):
+    g = with_admin(lambda extra: gateway_factory(store="redis", redis=redis_server.address, extra=extra,
+                                                 workers=2))
+    r = wait_status(g, 200, within=5)
+    assert r.status == 200 and r.json() == {"status": "ready"}
+    redis_server.stop()
+    t0 = time.monotonic()
+    r = wait_status(g, 503)
+    assert r.status == 503, r.body
+    assert time.monotonic() - t0 < 2.2
+    assert r.json() == {"status": "not ready", "reason": "redis unreachable on 2 of 2 workers"}
+    assert r.header("content-type") == "application/json"
+    assert redis_server.start()  # same port, after stop()
+    t0 = time.monotonic()
+    r = wait_status(g, 200)
+    assert r.status == 200, r.body
+    assert time.monotonic() - t0 < 2.2
+
+
+def test_admin_port_in_use_is_a_clear_error(tmp_path, upstream):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cfg = tmp_path / "floodgate.yaml"
+        cfg.write_text(f"""listen: "127.0.0.1:{free_port()}"
+workers: 1
+log:
+  access_log: "off"
+admin:
+  listen: "127.0.0.1:{port}"
+upstreams:
+  api:
+    address: "{upstream.address}"
+routes:
+  - name: all
+    match:
+      path_prefix: /
+    upstream: api
+""")
+        p = subprocess.run([BIN, "--config", str(cfg)], capture_output=True, text=True, timeout=10)
+    assert p.returncode != 0
+    out = p.stdout + p.stderr
+    assert f"cannot listen on admin.listen 127.0.0.1:{port}" in out, out
+    assert "in use" in out.lower(), out
+    assert "floodgate listening on" not in out, out
+
+
+def test_admin_closes_when_the_drain_begins(gateway_factory, upstream):
+    g = with_admin(lambda extra: gateway_factory(extra=extra))
+    idle = socket.create_connection(("127.0.0.1", g.admin_port), timeout=5)
+    with g.connect() as slow:
+        # An in-flight request keeps the drain going while the admin is checked.
+        slow.sendall(get("/slow?ms=1500"))
+        end = time.monotonic() + 2
+        while upstream.stats()["requests"] == 0:
+            assert time.monotonic() < end, "the slow request never reached the upstream"
+            time.sleep(0.02)
+        g.proc.send_signal(signal.SIGTERM)
+        assert is_closed(idle, 1)
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", g.admin_port), timeout=1).close()
+        assert read_response(slow).status == 200  # the proxy drains meanwhile
+    idle.close()
