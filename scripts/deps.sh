@@ -4,7 +4,7 @@
 set -euo pipefail
 build_pkgs=(g++ cmake ninja-build pkg-config ccache libboost1.81-dev libboost-system1.81-dev
             libboost-program-options1.81-dev libboost-url1.81-dev libboost-json1.81-dev libyaml-cpp-dev libspdlog-dev
-            libhiredis-dev libssl-dev libjemalloc-dev liburing-dev catch2 curl)
+            libhiredis-dev libssl-dev prometheus-cpp-dev libjemalloc-dev liburing-dev catch2 curl)
 test_pkgs=(redis-server python3 python3-pytest faketime)
 bench_pkgs=(nginx-light wrk util-linux procps)
 

@@ -29,6 +29,11 @@ reply effective_config(const status_source& status) {
   return json_reply(200, config_to_json(*cfg));
 }
 
+// Prometheus text exposition format 0.0.4.
+reply metrics(const status_source& status) {
+  return {200, status.metrics(), "text/plain; version=0.0.4; charset=utf-8", {}};
+}
+
 struct endpoint {
   std::string_view path;
   // The methods it takes, as the Allow header lists them; HEAD wherever GET is.
@@ -36,12 +41,12 @@ struct endpoint {
   reply (*handle)(const status_source&);
 };
 
-// Later rows (issue 13): {"/metrics", "GET, HEAD", ...}, {"/limits", "GET, HEAD", ...},
-// {"/reload", "POST", ...}.
-constexpr std::array<endpoint, 3> endpoints{{
+// Later rows (issue 13): {"/limits", "GET, HEAD", ...}, {"/reload", "POST", ...}.
+constexpr std::array<endpoint, 4> endpoints{{
     {"/healthz", "GET, HEAD", &healthz},
     {"/readyz", "GET, HEAD", &readyz},
     {"/config", "GET, HEAD", &effective_config},
+    {"/metrics", "GET, HEAD", &metrics},
 }};
 
 bool allowed(std::string_view allow, std::string_view method) {

@@ -20,6 +20,8 @@ class status_source {
   // The configuration in effect (never null once the server runs).
   virtual config::snapshot current_config() const = 0;
   virtual readiness ready() const = 0;
+  // The Prometheus text of the process' counters, gathered now.
+  virtual std::string metrics() const = 0;
 };
 
 }  // namespace fg::admin

@@ -15,6 +15,7 @@
 
 #include "admin/listener.hpp"
 #include "limit/memory_store.hpp"
+#include "fg_version.hpp"
 #include "obs/access_log.hpp"
 
 namespace fg::app {
@@ -30,8 +31,9 @@ namespace {
 // configuration snapshot, nothing that a worker's thread owns.
 class worker_status final : public admin::status_source {
  public:
-  worker_status(config::snapshot cfg, const std::vector<std::unique_ptr<worker>>& workers)
-      : cfg_(std::move(cfg)), workers_(workers) {}
+  worker_status(config::snapshot cfg, const std::vector<std::unique_ptr<worker>>& workers,
+                const http::connection_limit& connections)
+      : cfg_(std::move(cfg)), workers_(workers), connections_(connections) {}
 
   config::snapshot current_config() const override { return cfg_; }
 
@@ -44,9 +46,19 @@ class worker_status final : public admin::status_source {
     return {false, fmt::format("redis unreachable on {} of {} workers", down, workers_.size())};
   }
 
+  std::string metrics() const override {
+    std::vector<const obs::worker_metrics*> shards;
+    for (const auto& w : workers_) shards.push_back(&w->metrics());
+    obs::process_gauges g;
+    g.open_connections = connections_.open.load(std::memory_order_relaxed);
+    g.version = FG_VERSION;
+    return obs::render_metrics(*cfg_, shards, g);
+  }
+
  private:
   config::snapshot cfg_;
   const std::vector<std::unique_ptr<worker>>& workers_;
+  const http::connection_limit& connections_;
 };
 
 // Binds the proxy's listening socket; false (logged) when it cannot.
@@ -94,7 +106,8 @@ int server::run() {
   if (!bind_listener(listener, cfg.listen)) return 1;
   std::vector<std::unique_ptr<worker>> workers;
   // The admin listener (admin.listen) on a thread of its own, bound before any worker runs.
-  worker_status status(rt_->cfg, workers);
+  http::connection_limit connections;
+  worker_status status(rt_->cfg, workers, connections);
   std::optional<admin::listener> admin_listener;
   if (cfg.admin.listen) {
     admin_listener.emplace(status);
@@ -107,7 +120,6 @@ int server::run() {
   unsigned n = cfg.workers ? cfg.workers : std::max(1u, std::thread::hardware_concurrency());
   auto access = obs::access_log::open(cfg.log);
   limit::memory_store memory(cfg.memory.max_keys);
-  http::connection_limit connections;
   connections.max = max_connections(cfg, n);
   for (unsigned i = 0; i < n; ++i) workers.push_back(std::make_unique<worker>(i, rt_, access, &memory, &connections));
   for (auto& w : workers) w->start(listener.native_handle());

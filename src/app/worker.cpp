@@ -45,7 +45,7 @@ std::string random_nonce_prefix() {
 worker::worker(unsigned id, std::shared_ptr<const http::runtime> rt, std::shared_ptr<obs::access_log> access,
                limit::memory_store* memory, http::connection_limit* connections)
     // One thread per io_context: socket I/O needs no locking (posts from other threads still do).
-    : ioc_(std::make_unique<asio::io_context>(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO)), pool_(std::make_unique<upstream::pool>(ioc_->get_executor())) {
+    : metrics_(*rt->cfg), ioc_(std::make_unique<asio::io_context>(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO)), pool_(std::make_unique<upstream::pool>(ioc_->get_executor())) {
   ctx_.id = id;
   ctx_.rt = std::move(rt);
   ctx_.pool = pool_.get();
@@ -64,7 +64,9 @@ worker::worker(unsigned id, std::shared_ptr<const http::runtime> rt, std::shared
   }
   // Lease ids unique across workers: the worker id in the top bits.
   limits_ = std::make_unique<limit::policy>(*store, *memory_, denies_.get(), static_cast<std::uint64_t>(id) << 48);
+  limits_->set_metrics(&metrics_);
   ctx_.limits = limits_.get();
+  ctx_.metrics = &metrics_;
   pool_->configure(ctx_.rt->cfg->upstreams);
 }
 

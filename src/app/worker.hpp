@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "http/context.hpp"
+#include "obs/metrics.hpp"
 #include "limit/memory_store.hpp"
 #include "limit/policy.hpp"
 #include "limit/redis_store.hpp"
@@ -36,6 +37,8 @@ class worker {
   // Thread-safe. The store answers (Redis connected; always with the memory store), as
   // of the last sweeper tick.
   bool store_usable() const { return store_usable_.load(std::memory_order_relaxed); }
+  // Thread-safe to read (relaxed counters): summed at scrape time.
+  const obs::worker_metrics& metrics() const { return metrics_; }
 
  private:
   boost::asio::awaitable<void> accept_loop();
@@ -45,6 +48,7 @@ class worker {
 
   // Sessions unregister from ctx_ when the io_context destroys their frames, so ctx_
   // is declared first and the io_context is torn down explicitly in the destructor.
+  obs::worker_metrics metrics_;  // before ctx_, which points to it
   http::worker_context ctx_;
   std::unique_ptr<boost::asio::io_context> ioc_;
   std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;

@@ -94,6 +94,7 @@ struct rate {
 
 struct limit_config {
   std::string name;
+  std::size_t index = 0;  // its place among all routes' limits, in file order (metrics)
   algorithm algo = algorithm::fixed_window;
   std::vector<key_source> key{{key_source::kind::global, {}}};
   std::uint64_t limit = 0;

@@ -254,6 +254,7 @@ class loader {
       }
       if (auto n = o.get("response"); present(n)) response(n, rc.response);
       if (auto n = o.get("limits"); present(n)) limits(n, rc);
+      for (auto& l : rc.limits) l.index = limit_count_++;
       c.routes.push_back(std::move(rc));
     }
   }
@@ -450,6 +451,7 @@ class loader {
   }
 
   yaml_reader r_;
+  std::size_t limit_count_ = 0;  // limits numbered so far (limit_config::index)
 };
 
 load_result parse(const std::string& text, const std::string& name) {

@@ -10,7 +10,7 @@
 
 namespace fg::upstream { class pool; }
 namespace fg::limit { class decision_source; }
-namespace fg::obs { class access_log; }
+namespace fg::obs { class access_log; class worker_metrics; }
 
 namespace fg::http {
 
@@ -36,6 +36,7 @@ struct worker_context {
   // For the worker's life.
   deadline::board deadlines;                // every connection's current wait
   connection_limit* connections = nullptr;  // shared by all workers
+  obs::worker_metrics* metrics = nullptr;   // this worker's counters (read at scrape time)
   // Body buffers, lent to a session while it relays a body (see http::detail::body_chunk).
   util::block_pool bodies{32 * 1024, 16};
   bool draining = false;

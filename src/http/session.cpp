@@ -12,6 +12,7 @@
 #include "http/responses.hpp"
 #include "limit/keys.hpp"
 #include "obs/access_log.hpp"
+#include "obs/metrics.hpp"
 
 // Reading requests, local answers and the limits; the upstream exchange is exchange.cpp.
 // The aliases (asio, beast, bhttp, tcp, error_code, clock) come from session_impl.hpp.
@@ -204,7 +205,8 @@ asio::awaitable<session::outcome> session::send_local(unsigned status, bool keep
   auto text = render(r);
   if (parser_ && parser_->is_header_done()) log_request(status);
   else if (requests_ == 0 || buffer_.size()) {
-    // Rejected before a request head was parsed: still one access-log line.
+    // Rejected before a request head was parsed: still counted, and one access-log line.
+    if (ctx_.metrics) ctx_.metrics->request(-1, status);
     started_ = clock::now();
     auto* log = ctx_.access.get();
     if (log && log->enabled())
@@ -217,6 +219,7 @@ asio::awaitable<session::outcome> session::send_local(unsigned status, bool keep
 }
 
 void session::log_request(unsigned status) {
+  if (ctx_.metrics) ctx_.metrics->request(ad_.route, status);
   auto* log = ctx_.access.get();
   if (!log || !log->enabled()) return;
   const auto& req = parser_->get();

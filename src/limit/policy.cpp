@@ -53,6 +53,11 @@ status policy::from_cache(limit_call& c) {
     }
   }
   if (!cached) return status::pending;
+  if (metrics_) {
+    metrics_->deny_cache_hit();
+    for (std::size_t i = 0; i < c.checks.size(); ++i)
+      if (!c.decisions[i].allowed) metrics_->decision(c.checks[i].cfg->index, obs::outcome::denied);
+  }
   append_rate_headers(c.headers, c.route->response.headers, c.checks, c.decisions, true, reported::denying_limits);
   return status::over_limit;
 }
@@ -69,8 +74,20 @@ void policy::remember_denials(const limit_call& c) {
       denies_->remember(c.checks[i].key, c.now + c.decisions[i].retry_ms - early);
 }
 
-status policy::answered(limit_call& c, status s) {
+void policy::count(const limit_call& c, obs::outcome o) const {
+  for (const auto& k : c.checks) metrics_->decision(k.cfg->index, o);
+}
+
+status policy::answered(limit_call& c, status s, bool local) {
   const auto& route = *c.route;
+  if (metrics_ && local) count(c, obs::outcome::local_fallback);
+  else if (metrics_)
+    for (std::size_t i = 0; i < c.checks.size(); ++i) {
+      const bool ok = c.decisions[i].allowed;
+      metrics_->decision(c.checks[i].cfg->index, ok                     ? obs::outcome::allowed
+                                                 : c.checks[i].cfg->shadow ? obs::outcome::shadow_denied
+                                                                           : obs::outcome::denied);
+    }
   for (std::size_t i = 0; i < c.checks.size(); ++i) {
     if (c.decisions[i].allowed || !c.checks[i].cfg->shadow) continue;
     auto line = fmt::format("shadow limit {}/{} would deny {} (retry in {}ms)", route.name, c.checks[i].cfg->name,
@@ -99,11 +116,17 @@ status policy::on_error(limit_call& c, const std::string& why) {
   }
   c.holder = nullptr;
   c.decisions.assign(c.checks.size(), decision{});
-  if (route.store_error == config::on_store_error::deny) return status::error;
-  if (route.store_error == config::on_store_error::allow || &local_ == &inner_) return status::ok;
+  if (route.store_error == config::on_store_error::deny) {
+    if (metrics_) count(c, obs::outcome::store_error_denied);
+    return status::error;
+  }
+  if (route.store_error == config::on_store_error::allow || &local_ == &inner_) {
+    if (metrics_) count(c, obs::outcome::store_error_allowed);
+    return status::ok;
+  }
   // local: this instance enforces the same limits alone.
   auto s = local_.start(c);
-  return s == status::error ? status::ok : answered(c, s);
+  return s == status::error ? status::ok : answered(c, s, true);
 }
 
 }  // namespace fg::limit

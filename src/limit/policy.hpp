@@ -6,6 +6,7 @@
 
 #include "limit/decision_source.hpp"
 #include "obs/logging.hpp"
+#include "obs/metrics.hpp"
 
 namespace fg::limit {
 
@@ -31,9 +32,12 @@ class policy final : public decision_source {
   // Where the log lines go (spdlog by default; tests count them).
   using log_sink = std::function<void(const std::string&)>;
   void set_log(log_sink shadow, log_sink store_error);
+  // Where decisions are counted (per worker; none: not counted).
+  void set_metrics(obs::worker_metrics* m) { metrics_ = m; }
 
  private:
-  status answered(limit_call& c, status s);
+  status answered(limit_call& c, status s, bool local = false);
+  void count(const limit_call& c, obs::outcome o) const;
   status from_cache(limit_call& c);
   status on_error(limit_call& c, const std::string& why);
   void remember_denials(const limit_call& c);
@@ -44,6 +48,7 @@ class policy final : public decision_source {
   std::uint64_t next_lease_;
   obs::error_log_limiter error_log_;
   log_sink shadow_log_, error_log_sink_;
+  obs::worker_metrics* metrics_ = nullptr;
 };
 
 }  // namespace fg::limit

@@ -62,6 +62,7 @@ struct fake_status final : fg::admin::status_source {
   fg::admin::readiness state{true, {}};
   cfg::snapshot current_config() const override { return cfg; }
   fg::admin::readiness ready() const override { return state; }
+  std::string metrics() const override { return "# TYPE x counter\nx 1\n"; }
 };
 
 }  // namespace
@@ -83,7 +84,11 @@ TEST_CASE("admin: /healthz, /readyz and their failure", "[admin]") {
 TEST_CASE("admin: unknown paths are 404, other methods 405 with Allow", "[admin]") {
   fake_status s;
   s.cfg = load(kConfig);
-  for (const char* path : {"/", "/metrics", "/limits", "/reload", "/healthzz", "/config/"}) {
+  auto m = fg::admin::dispatch("GET", "/metrics", s);
+  CHECK(m.status == 200);
+  CHECK(m.content_type == "text/plain; version=0.0.4; charset=utf-8");
+  CHECK(m.body == "# TYPE x counter\nx 1\n");
+  for (const char* path : {"/", "/limits", "/reload", "/healthzz", "/config/"}) {
     auto r = fg::admin::dispatch("GET", path, s);
     CHECK(r.status == 404);
     CHECK(r.allow.empty());

@@ -1,0 +1,96 @@
+#include "obs/metrics.hpp"
+
+#include <prometheus/metric_family.h>
+#include <prometheus/text_serializer.h>
+
+#include <functional>
+#include <sstream>
+
+namespace fg::obs {
+
+worker_metrics::worker_metrics(const config::config& cfg)
+    : routes_(cfg.routes.size()), limits_(0), requests_((routes_ + 1) * 5) {
+  for (const auto& r : cfg.routes) limits_ += r.limits.size();
+  decisions_ = std::vector<counter>(limits_ * outcome_count);
+}
+
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+constexpr std::string_view class_names[5] = {"1xx", "2xx", "3xx", "4xx", "5xx"};
+
+ClientMetric counter_of(std::vector<ClientMetric::Label> labels, std::uint64_t value) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  m.counter.value = static_cast<double>(value);
+  return m;
+}
+
+ClientMetric gauge_of(std::vector<ClientMetric::Label> labels, double value) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  m.gauge.value = value;
+  return m;
+}
+
+std::uint64_t sum(std::span<const worker_metrics* const> workers, const std::function<std::uint64_t(const worker_metrics&)>& f) {
+  std::uint64_t total = 0;
+  for (const auto* w : workers) total += f(*w);
+  return total;
+}
+
+// Requests by route and status class; only the series that have counted something (a
+// route never asked shows no line, which Prometheus reads as 0).
+MetricFamily requests(const config::config& cfg, std::span<const worker_metrics* const> workers) {
+  MetricFamily f{"floodgate_requests_total", "Requests answered, by route and status class.", MetricType::Counter, {}};
+  if (workers.empty()) return f;
+  for (std::size_t r = 0; r <= workers[0]->routes(); ++r)
+    for (unsigned k = 0; k < 5; ++k) {
+      auto n = sum(workers, [&](const worker_metrics& w) { return w.requests(r, k); });
+      if (n == 0) continue;
+      std::string route = r < cfg.routes.size() ? cfg.routes[r].name : "none";
+      f.metric.push_back(counter_of({{"route", std::move(route)}, {"code", std::string(class_names[k])}}, n));
+    }
+  return f;
+}
+
+MetricFamily decisions(const config::config& cfg, std::span<const worker_metrics* const> workers) {
+  MetricFamily f{"floodgate_ratelimit_decisions_total", "Rate-limit decisions, by route, limit and outcome.",
+                 MetricType::Counter, {}};
+  if (workers.empty()) return f;
+  for (const auto& route : cfg.routes)
+    for (const auto& l : route.limits) {
+      if (l.index >= workers[0]->limits()) continue;
+      for (std::size_t o = 0; o < outcome_count; ++o) {
+        auto n = sum(workers, [&](const worker_metrics& w) { return w.decisions(l.index, static_cast<outcome>(o)); });
+        if (n == 0) continue;
+        f.metric.push_back(
+            counter_of({{"route", route.name}, {"limit", l.name}, {"outcome", std::string(outcome_names[o])}}, n));
+      }
+    }
+  return f;
+}
+
+}  // namespace
+
+std::string render_metrics(const config::config& cfg, std::span<const worker_metrics* const> workers,
+                           const process_gauges& gauges) {
+  std::vector<MetricFamily> families;
+  families.push_back(requests(cfg, workers));
+  families.push_back(decisions(cfg, workers));
+  families.push_back({"floodgate_deny_cache_hits_total", "Requests denied from the local deny cache, without the store.",
+                      MetricType::Counter,
+                      {counter_of({}, sum(workers, [](const worker_metrics& w) { return w.deny_cache_hits(); }))}});
+  families.push_back({"floodgate_downstream_connections", "Open downstream (client) connections.", MetricType::Gauge,
+                      {gauge_of({}, static_cast<double>(gauges.open_connections))}});
+  families.push_back({"floodgate_build_info", "The running build.", MetricType::Gauge,
+                      {gauge_of({{"version", std::string(gauges.version)}}, 1)}});
+  std::ostringstream out;
+  prometheus::TextSerializer().Serialize(out, families);
+  return out.str();
+}
+
+}  // namespace fg::obs

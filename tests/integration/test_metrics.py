@@ -1,0 +1,131 @@
+"""/metrics on the admin listener: counters move by exactly the requests sent, per route,
+status class, limit and outcome; labels never name a client."""
+import re
+
+from conftest import get, read_response
+from test_admin import admin_get, with_admin
+from test_redis import limit, route
+
+
+def scrape(g):
+    r = admin_get(g, "/metrics")
+    assert r.status == 200
+    assert r.header("content-type").startswith("text/plain; version=0.0.4")
+    series = {}
+    for line in r.body.decode().splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name, value = line.rsplit(" ", 1)
+        series[name] = float(value)
+    return series, r.body.decode()
+
+
+def value(series, name, **labels):
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for key, v in series.items():
+        m = re.fullmatch(r"([a-z_]+)(?:\{(.*)\})?", key)
+        got = ",".join(sorted((m.group(2) or "").split(","))) if m.group(2) else ""
+        if m.group(1) == name and got == want:
+            return v
+    return 0.0
+
+
+def send(g, path, n):
+    statuses = []
+    with g.connect() as s:
+        for _ in range(n):
+            s.sendall(get(path))
+            statuses.append(read_response(s).status)
+    return statuses
+
+
+def test_requests_and_decisions_are_counted_exactly(gateway_factory):
+    limits = (limit("fixed_window", name="per-ip", key="ip", limit=3, window="1h")
+              + limit("fixed_window", name="soft", key="ip", limit=1, window="1h") + "        shadow: true\n")
+    g = with_admin(lambda extra: gateway_factory(routes=route(limits), extra=extra, workers=2))
+    before, _ = scrape(g)
+    assert send(g, "/limited", 5) == [200, 200, 200, 429, 429]
+    assert send(g, "/other", 4) == [200] * 4
+    after, text = scrape(g)
+
+    def moved(name, **labels):
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert moved("floodgate_requests_total", route="r", code="2xx") == 3
+    assert moved("floodgate_requests_total", route="r", code="4xx") == 2
+    assert moved("floodgate_requests_total", route="rest", code="2xx") == 4
+    # per-ip: 3 allowed, 2 denied. soft (shadow, limit 1): 1 allowed, then 4 shadow
+    # denials (2 while per-ip admits, 2 beside per-ip's denials).
+    assert moved("floodgate_ratelimit_decisions_total", route="r", limit="per-ip", outcome="allowed") == 3
+    assert moved("floodgate_ratelimit_decisions_total", route="r", limit="per-ip", outcome="denied") == 2
+    soft_allowed = moved("floodgate_ratelimit_decisions_total", route="r", limit="soft", outcome="allowed")
+    soft_shadow = moved("floodgate_ratelimit_decisions_total", route="r", limit="soft", outcome="shadow_denied")
+    assert soft_allowed == 1 and soft_shadow == 4
+    # Bounded labels: no client address anywhere.
+    assert "127.0.0.1" not in text
+    assert value(after, "floodgate_build_info", version=re.search(r'version="([^"]+)"', text).group(1)) == 1
+    assert value(after, "floodgate_downstream_connections") >= 0
+
+
+def test_store_errors_and_the_deny_cache_are_counted(gateway_factory, redis_server):
+    limits = limit("fixed_window", name="per-ip", key="ip", limit=2, window="1h")
+    g = with_admin(lambda extra: gateway_factory(store="redis", redis=redis_server.address,
+                                                 routes=route(limits, on_error="deny"), extra=extra))
+    before, _ = scrape(g)
+    assert send(g, "/limited", 6) == [200, 200, 429, 429, 429, 429]
+    mid, _ = scrape(g)
+    # The first denial comes from Redis, the three after it from the deny cache.
+    assert value(mid, "floodgate_deny_cache_hits_total") - value(before, "floodgate_deny_cache_hits_total") == 3
+    assert (value(mid, "floodgate_ratelimit_decisions_total", route="r", limit="per-ip", outcome="denied")
+            - value(before, "floodgate_ratelimit_decisions_total", route="r", limit="per-ip", outcome="denied")) == 4
+    # With Redis gone, the cached denial still answers, and is still counted.
+    redis_server.stop()
+    assert send(g, "/limited", 3) == [429, 429, 429]
+    after, _ = scrape(g)
+    assert value(after, "floodgate_deny_cache_hits_total") - value(mid, "floodgate_deny_cache_hits_total") == 3
+
+
+def test_store_error_outcomes(gateway_factory, redis_server):
+    limits = limit("fixed_window", name="per-ip", key="ip", limit=100, window="1h")
+    routes = route(limits, on_error="deny") + """  - name: lenient
+    match:
+      path_prefix: /lenient
+    upstream: api
+    on_store_error: allow
+    limits:
+""" + limit("fixed_window", name="per-ip", key="ip", limit=100, window="1h") + """  - name: local
+    match:
+      path_prefix: /local
+    upstream: api
+    on_store_error: local
+    limits:
+""" + limit("fixed_window", name="per-ip", key="ip", limit=100, window="1h")
+    # "rest" (from route()) comes before the extra routes: give them paths it does not take first.
+    routes = routes.replace("""  - name: rest
+    match:
+      path_prefix: /
+    upstream: api
+""", "") + """  - name: rest
+    match:
+      path_prefix: /
+    upstream: api
+"""
+    g = with_admin(lambda extra: gateway_factory(store="redis", redis=redis_server.address, routes=routes,
+                                                 extra=extra))
+    redis_server.stop()
+    before, _ = scrape(g)
+    assert send(g, "/limited", 2) == [503, 503]
+    assert send(g, "/lenient", 3) == [200] * 3
+    assert send(g, "/local", 4) == [200] * 4
+    after, _ = scrape(g)
+
+    def moved(route_name, outcome):
+        return (value(after, "floodgate_ratelimit_decisions_total", route=route_name, limit="per-ip", outcome=outcome)
+                - value(before, "floodgate_ratelimit_decisions_total", route=route_name, limit="per-ip",
+                        outcome=outcome))
+
+    assert moved("r", "store_error_denied") == 2
+    assert moved("lenient", "store_error_allowed") == 3
+    assert moved("local", "local_fallback") == 4
+    assert value(after, "floodgate_requests_total", route="r", code="5xx") - \
+        value(before, "floodgate_requests_total", route="r", code="5xx") == 2
