@@ -65,6 +65,7 @@ worker::worker(unsigned id, std::shared_ptr<const http::runtime> rt, std::shared
   // Lease ids unique across workers: the worker id in the top bits.
   limits_ = std::make_unique<limit::policy>(*store, *memory_, denies_.get(), static_cast<std::uint64_t>(id) << 48);
   limits_->set_metrics(&metrics_);
+  if (batcher_) batcher_->set_metrics(&metrics_);
   ctx_.limits = limits_.get();
   ctx_.metrics = &metrics_;
   pool_->configure(ctx_.rt->cfg->upstreams);

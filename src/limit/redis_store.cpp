@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "obs/metrics.hpp"
 #include "redis/connection.hpp"
 
 namespace fg::limit {
@@ -213,18 +214,32 @@ redis_batcher::redis_batcher(boost::asio::any_io_executor ex, std::shared_ptr<re
 
 redis_batcher::~redis_batcher() { flow_->owner = nullptr; }
 
+namespace {
+obs::store_cause cause_of(boost::system::error_code ec) {
+  if (ec == redis::errc::timeout) return obs::store_cause::timeout;
+  if (ec == redis::errc::disconnected) return obs::store_cause::disconnected;
+  if (ec == redis::errc::not_connected) return obs::store_cause::not_connected;
+  if (ec == redis::errc::protocol) return obs::store_cause::protocol;
+  return obs::store_cause::other;
+}
+}  // namespace
+
 void redis_batcher::flush() {
   if (!current_ || current_->waiters.empty()) return;
   auto b = std::shared_ptr<batch>(std::move(current_));
   auto [argc, args] = b->call.finish();
   ++flow_->in_flight;
   const auto sent = std::chrono::steady_clock::now();
-  conn_->eval(argc, std::move(args), [b, ex = ex_, flow = flow_, sent, scope = scope_](boost::system::error_code ec, const redisReply* r) {
+  if (metrics_) metrics_->store_call(b->waiters.size());
+  auto* metrics = metrics_;
+  conn_->eval(argc, std::move(args), [b, ex = ex_, flow = flow_, sent, scope = scope_, metrics](
+                                         boost::system::error_code ec, const redisReply* r) {
     if (!ec) {
       auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - sent).count();
       flow->rtt_us += (us - flow->rtt_us) / 8;
     }
     if (!ec && !b->call.read(r)) ec = redis::make_error_code(redis::errc::protocol);
+    if (ec && metrics) metrics->store_error(cause_of(ec));
     for (auto& w : b->waiters) {
       w.ec = ec;
       if (!ec) b->call.decisions(w.slot, w.checks, w.out);

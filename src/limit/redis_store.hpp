@@ -16,6 +16,7 @@
 
 struct redisReply;
 namespace fg::redis { class connection; }
+namespace fg::obs { class worker_metrics; }
 
 namespace fg::limit {
 
@@ -83,6 +84,8 @@ class redis_batcher {
   boost::asio::awaitable<std::tuple<boost::system::error_code>> evaluate(std::span<const check> checks,
                                                                          std::string_view nonce,
                                                                          std::span<decision> out);
+  // Where calls and their failures are counted (none: not counted).
+  void set_metrics(obs::worker_metrics* m) { metrics_ = m; }
   // The recent round trip of a call (send to answer), in whole ms rounded up.
   std::int64_t round_trip_ms() const { return (flow_->rtt_us + 999) / 1000; }
 
@@ -102,6 +105,7 @@ class redis_batcher {
   std::shared_ptr<redis::connection> conn_;
   std::size_t max_batch_;
   resume_scope scope_;
+  obs::worker_metrics* metrics_ = nullptr;
   std::unique_ptr<batch> current_;
   bool flush_posted_ = false;
   std::shared_ptr<flow> flow_;

@@ -74,6 +74,29 @@ MetricFamily decisions(const config::config& cfg, std::span<const worker_metrics
   return f;
 }
 
+std::uint64_t sum_of(std::span<const worker_metrics* const> workers, std::uint64_t (worker_metrics::*f)() const) {
+  std::uint64_t total = 0;
+  for (const auto* w : workers) total += (w->*f)();
+  return total;
+}
+
+// Store calls and the requests they carried (their ratio: requests per call, i.e. how
+// well batching works), and failed calls by cause.
+std::vector<MetricFamily> store(std::span<const worker_metrics* const> workers) {
+  std::vector<MetricFamily> out;
+  out.push_back({"floodgate_store_calls_total", "Calls to the rate-limit store (Redis script calls).",
+                 MetricType::Counter, {counter_of({}, sum_of(workers, &worker_metrics::store_calls))}});
+  out.push_back({"floodgate_store_call_requests_total", "Requests whose limits the store calls carried.",
+                 MetricType::Counter, {counter_of({}, sum_of(workers, &worker_metrics::store_call_requests))}});
+  MetricFamily errors{"floodgate_store_errors_total", "Failed store calls, by cause.", MetricType::Counter, {}};
+  for (std::size_t c = 0; c < cause_count; ++c) {
+    auto n = sum(workers, [&](const worker_metrics& w) { return w.store_errors(static_cast<store_cause>(c)); });
+    if (n) errors.metric.push_back(counter_of({{"cause", std::string(cause_names[c])}}, n));
+  }
+  out.push_back(std::move(errors));
+  return out;
+}
+
 }  // namespace
 
 std::string render_metrics(const config::config& cfg, std::span<const worker_metrics* const> workers,
@@ -84,6 +107,7 @@ std::string render_metrics(const config::config& cfg, std::span<const worker_met
   families.push_back({"floodgate_deny_cache_hits_total", "Requests denied from the local deny cache, without the store.",
                       MetricType::Counter,
                       {counter_of({}, sum(workers, [](const worker_metrics& w) { return w.deny_cache_hits(); }))}});
+  for (auto& f : store(workers)) families.push_back(std::move(f));
   families.push_back({"floodgate_downstream_connections", "Open downstream (client) connections.", MetricType::Gauge,
                       {gauge_of({}, static_cast<double>(gauges.open_connections))}});
   families.push_back({"floodgate_build_info", "The running build.", MetricType::Gauge,

@@ -28,6 +28,12 @@ inline constexpr std::size_t outcome_count = 6;
 inline constexpr std::string_view outcome_names[outcome_count] = {
     "allowed", "denied", "shadow_denied", "store_error_allowed", "store_error_denied", "local_fallback"};
 
+// Why a store call failed (floodgate_store_errors_total's cause).
+enum class store_cause : unsigned { timeout, disconnected, not_connected, protocol, other };
+inline constexpr std::size_t cause_count = 5;
+inline constexpr std::string_view cause_names[cause_count] = {"timeout", "disconnected", "not_connected", "protocol",
+                                                              "other"};
+
 class worker_metrics {
  public:
   // Sized for `cfg`: its routes (and "no route") and its limits (limit_config::index).
@@ -43,6 +49,12 @@ class worker_metrics {
     if (limit_index < limits_) bump(decisions_[limit_index * outcome_count + static_cast<unsigned>(o)]);
   }
   void deny_cache_hit() { bump(deny_cache_hits_); }
+  // One call to the store carrying `requests` requests' limits (a batch).
+  void store_call(std::size_t requests) {
+    bump(store_calls_);
+    store_call_requests_.store(read(store_call_requests_) + requests, std::memory_order_relaxed);
+  }
+  void store_error(store_cause c) { bump(store_errors_[static_cast<unsigned>(c)]); }
 
   // Read from any thread.
   std::uint64_t requests(std::size_t route_slot, unsigned klass) const { return read(requests_[route_slot * 5 + klass]); }
@@ -50,6 +62,9 @@ class worker_metrics {
     return read(decisions_[limit_index * outcome_count + static_cast<unsigned>(o)]);
   }
   std::uint64_t deny_cache_hits() const { return read(deny_cache_hits_); }
+  std::uint64_t store_calls() const { return read(store_calls_); }
+  std::uint64_t store_call_requests() const { return read(store_call_requests_); }
+  std::uint64_t store_errors(store_cause c) const { return read(store_errors_[static_cast<unsigned>(c)]); }
   std::size_t routes() const { return routes_; }
   std::size_t limits() const { return limits_; }
 
@@ -62,6 +77,8 @@ class worker_metrics {
   std::vector<counter> requests_;   // (routes + 1) x 5 status classes
   std::vector<counter> decisions_;  // limits x outcomes
   counter deny_cache_hits_{0};
+  counter store_calls_{0}, store_call_requests_{0};
+  counter store_errors_[cause_count] = {};
 };
 
 // What a scrape shows besides the workers' counters.

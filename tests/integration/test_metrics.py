@@ -129,3 +129,27 @@ def test_store_error_outcomes(gateway_factory, redis_server):
     assert moved("local", "local_fallback") == 4
     assert value(after, "floodgate_requests_total", route="r", code="5xx") - \
         value(before, "floodgate_requests_total", route="r", code="5xx") == 2
+
+
+def test_store_calls_carry_every_request_and_failures_are_counted_by_cause(gateway_factory, redis_server):
+    limits = limit("fixed_window", name="per-ip", key="ip", limit=1000, window="1h")
+    g = with_admin(lambda extra: gateway_factory(store="redis", redis=redis_server.address,
+                                                 routes=route(limits, on_error="allow"), extra=extra))
+    before, _ = scrape(g)
+    assert send(g, "/limited", 7) == [200] * 7
+    mid, _ = scrape(g)
+
+    def moved(a, b, name, **labels):
+        return value(b, name, **labels) - value(a, name, **labels)
+
+    # One request at a time: one call each; every request's limits went in a call.
+    assert moved(before, mid, "floodgate_store_call_requests_total") == 7
+    assert 1 <= moved(before, mid, "floodgate_store_calls_total") <= 7
+    redis_server.stop()
+    assert send(g, "/limited", 3) == [200] * 3  # on_store_error: allow
+    after, text = scrape(g)
+    failed = sum(moved(mid, after, "floodgate_store_errors_total", cause=c)
+                 for c in ("timeout", "disconnected", "not_connected", "protocol", "other"))
+    assert failed == 3, text
+    assert moved(mid, after, "floodgate_ratelimit_decisions_total", route="r", limit="per-ip",
+                 outcome="store_error_allowed") == 3
