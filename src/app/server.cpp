@@ -51,6 +51,7 @@ class worker_status final : public admin::status_source {
     for (const auto& w : workers_) shards.push_back(&w->metrics());
     obs::process_gauges g;
     g.open_connections = connections_.open.load(std::memory_order_relaxed);
+    for (const auto& w : workers_) g.pooled_connections += w->pooled_connections();
     g.version = FG_VERSION;
     return obs::render_metrics(*cfg_, shards, g);
   }

@@ -39,6 +39,7 @@ class worker {
   bool store_usable() const { return store_usable_.load(std::memory_order_relaxed); }
   // Thread-safe to read (relaxed counters): summed at scrape time.
   const obs::worker_metrics& metrics() const { return metrics_; }
+  std::size_t pooled_connections() const { return pool_->idle_total(); }
 
  private:
   boost::asio::awaitable<void> accept_loop();

@@ -147,6 +147,7 @@ struct route_config {
 
 struct config {
   std::string source;  // file it was loaded from
+  std::string hash;    // of the file's text (FNV-1a, 16 hex digits): which config is loaded
   endpoint listen{"0.0.0.0", 8080};
   unsigned workers = 0;  // 0 = one per core
   admin_config admin;

@@ -465,6 +465,7 @@ load_result parse(const std::string& text, const std::string& name) {
   }
   auto c = std::make_shared<config>();
   c->source = name;
+  c->hash = util::fnv1a_hex(text);
   loader l(name, out.errors);
   l.load(root, *c);
   if (out.errors.empty()) out.cfg = std::move(c);

@@ -110,6 +110,10 @@ std::string render_metrics(const config::config& cfg, std::span<const worker_met
   for (auto& f : store(workers)) families.push_back(std::move(f));
   families.push_back({"floodgate_downstream_connections", "Open downstream (client) connections.", MetricType::Gauge,
                       {gauge_of({}, static_cast<double>(gauges.open_connections))}});
+  families.push_back({"floodgate_upstream_idle_connections", "Idle upstream connections in the pools.",
+                      MetricType::Gauge, {gauge_of({}, static_cast<double>(gauges.pooled_connections))}});
+  families.push_back({"floodgate_config_info", "The loaded configuration: its file's hash.", MetricType::Gauge,
+                      {gauge_of({{"hash", cfg.hash}}, 1)}});
   families.push_back({"floodgate_build_info", "The running build.", MetricType::Gauge,
                       {gauge_of({{"version", std::string(gauges.version)}}, 1)}});
   std::ostringstream out;

@@ -84,6 +84,7 @@ class worker_metrics {
 // What a scrape shows besides the workers' counters.
 struct process_gauges {
   std::uint64_t open_connections = 0;
+  std::uint64_t pooled_connections = 0;  // idle upstream connections in the workers' pools
   std::string_view version;
 };
 

@@ -32,6 +32,13 @@ void pool::configure(const std::vector<config::upstream_config>& upstreams) {
   }
   slots_ = std::move(next);
   last_ = nullptr;
+  count_idle();
+}
+
+void pool::count_idle() {
+  std::size_t n = 0;
+  for (const auto& [name, s] : slots_) n += s.idle.size();
+  idle_total_.store(n, std::memory_order_relaxed);
 }
 
 pool::slot* pool::find(std::string_view name) {
@@ -66,6 +73,7 @@ connection_ptr pool::take_idle(std::string_view upstream, deadline::entry& watch
   while (!s->idle.empty()) {
     auto c = std::move(s->idle.back());
     s->idle.pop_back();
+    idle_total_.store(idle_total_.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
     if (still_usable(*c, now)) {
       c->reused = true;
       watch.upstream = &c->socket;
@@ -130,10 +138,12 @@ void pool::release(std::string_view upstream, connection_ptr c) {
   if (!s || s->idle.size() >= s->cfg.max_idle || c->buffer.size() != 0 || c->address_id != s->address_id) return;
   c->idle_since = deadline::coarse_now;
   s->idle.push_back(std::move(c));
+  idle_total_.store(idle_total_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
 void pool::close_idle() {
   for (auto& [name, s] : slots_) s.idle.clear();
+  idle_total_.store(0, std::memory_order_relaxed);
 }
 
 std::size_t pool::idle_count(std::string_view upstream) const {

@@ -3,6 +3,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <vector>
@@ -50,6 +51,8 @@ class pool {
 
   void close_idle();
   std::size_t idle_count(std::string_view upstream) const;
+  // Idle connections of all upstreams; readable from any thread (for the metrics).
+  std::size_t idle_total() const { return idle_total_.load(std::memory_order_relaxed); }
 
  private:
   struct slot {
@@ -70,6 +73,8 @@ class pool {
   std::pair<const std::string, slot>* last_ = nullptr;
   boost::asio::any_io_executor ex_;
   std::uint64_t next_address_id_ = 0;
+  void count_idle();
+  std::atomic<std::size_t> idle_total_{0};
   // Nodes stay put while others come and go: a slot outlives a connect's awaits unless
   // a reload removes its upstream.
   std::unordered_map<std::string, slot, name_hash, std::equal_to<>> slots_;

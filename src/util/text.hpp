@@ -1,7 +1,9 @@
 #pragma once
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <cstring>
+#include <string>
 #include <string_view>
 
 namespace fg::util {
@@ -41,6 +43,16 @@ inline std::string_view trim(std::string_view s) {
 inline char* put(char* p, std::string_view s) {
   if (!s.empty()) std::memcpy(p, s.data(), s.size());  // an empty view's data may be null
   return p + s.size();
+}
+
+// FNV-1a (64 bits) of `text` as 16 hex digits: stable across builds and machines.
+inline std::string fnv1a_hex(std::string_view text) {
+  std::uint64_t h = 14695981039346656037ull;
+  for (unsigned char ch : text) h = (h ^ ch) * 1099511628211ull;
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out(16, '0');
+  for (int i = 15; i >= 0; --i, h >>= 4) out[static_cast<std::size_t>(i)] = hex[h & 0xf];
+  return out;
 }
 
 }  // namespace fg::util

@@ -153,3 +153,19 @@ def test_store_calls_carry_every_request_and_failures_are_counted_by_cause(gatew
     assert failed == 3, text
     assert moved(mid, after, "floodgate_ratelimit_decisions_total", route="r", limit="per-ip",
                  outcome="store_error_allowed") == 3
+
+
+def fnv1a64(data):
+    h = 14695981039346656037
+    for b in data:
+        h = ((h ^ b) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
+
+
+def test_pooled_connections_and_the_config_hash(gateway_factory):
+    g = with_admin(lambda extra: gateway_factory(extra=extra))
+    assert send(g, "/anything", 3) == [200] * 3
+    series, text = scrape(g)
+    # The requests went one after another over one pooled upstream connection.
+    assert value(series, "floodgate_upstream_idle_connections") == 1, text
+    assert value(series, "floodgate_config_info", hash=fnv1a64(g.config.read_bytes())) == 1, text
