@@ -48,6 +48,18 @@ http::response<http::string_body> make_response(reply r, bool head, bool keep_al
   return res;
 }
 
+// A coroutine's completion: an exception that ended it is logged with `what`.
+auto logged(const char* what, spdlog::level::level_enum level) {
+  return [what, level](std::exception_ptr e) {
+    if (!e) return;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      spdlog::log(level, "{}: {}", what, ex.what());
+    }
+  };
+}
+
 reply error_reply(unsigned status, const char* message) {
   return {status, std::string("{\"error\":\"") + message + "\"}", "application/json", {}};
 }
@@ -84,15 +96,7 @@ boost::system::error_code listener::listen(const config::endpoint& ep) {
 }
 
 void listener::start() {
-  auto done = [](std::exception_ptr e) {
-    if (!e) return;
-    try {
-      std::rethrow_exception(e);
-    } catch (const std::exception& ex) {
-      spdlog::error("admin: accept loop ended: {}", ex.what());
-    }
-  };
-  asio::co_spawn(ioc_, accept_loop(), done);
+  asio::co_spawn(ioc_, accept_loop(), logged("admin: accept loop ended", spdlog::level::err));
   thread_ = std::thread([this] {
     for (;;) {
       try {
@@ -129,15 +133,7 @@ asio::awaitable<void> listener::accept_loop() {
       continue;
     }
     // An exception ends one session, never the listener.
-    auto done = [](std::exception_ptr e) {
-      if (!e) return;
-      try {
-        std::rethrow_exception(e);
-      } catch (const std::exception& ex) {
-        spdlog::warn("admin session: {}", ex.what());
-      }
-    };
-    asio::co_spawn(ioc_, session(std::move(socket)), done);
+    asio::co_spawn(ioc_, session(std::move(socket)), logged("admin session", spdlog::level::warn));
   }
 }
 
