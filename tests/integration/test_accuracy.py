@@ -11,7 +11,7 @@ import pytest
 from conftest import SANITIZED, Reader, read_response
 
 # The sanitizer build is several times slower: a rate it can still carry.
-RATE = 200 if SANITIZED else 1000
+RATE = 100 if SANITIZED else 1000
 SECONDS = 2.0
 
 
