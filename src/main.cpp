@@ -3,7 +3,6 @@
 
 #include <iostream>
 
-#include "http/runtime.hpp"
 #include "app/server.hpp"
 #include "config/loader.hpp"
 #include "fg_version.hpp"
@@ -54,9 +53,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   fg::obs::init_logging(loaded.cfg->log.level);
-  auto rt = fg::http::runtime::build(loaded.cfg);
   try {
-    fg::app::server srv(rt);
+    fg::app::server srv(path, loaded.cfg);
     return srv.run();
   } catch (const std::exception& e) {
     spdlog::error("fatal: {}", e.what());

@@ -74,7 +74,7 @@ asio::awaitable<bool> send(beast::tcp_stream& stream, http::response<http::strin
 
 }  // namespace
 
-listener::listener(const status_source& status, listener_limits limits)
+listener::listener(status_source& status, listener_limits limits)
     : status_(status), limits_(limits), acceptor_(ioc_) {}
 
 listener::~listener() { stop(); }

@@ -25,7 +25,7 @@ struct listener_limits {
 // answering from `status` only (admin/routes.hpp has the paths).
 class listener {
  public:
-  explicit listener(const status_source& status, listener_limits limits = {});
+  explicit listener(status_source& status, listener_limits limits = {});
   ~listener();
   listener(const listener&) = delete;
   listener& operator=(const listener&) = delete;
@@ -41,7 +41,7 @@ class listener {
   boost::asio::awaitable<void> accept_loop();
   boost::asio::awaitable<void> session(boost::asio::ip::tcp::socket socket);
 
-  const status_source& status_;
+  status_source& status_;
   const listener_limits limits_;
   // Open admin connections; touched on the admin thread only. Declared before the
   // io_context, whose destruction ends suspended sessions (which count themselves out).

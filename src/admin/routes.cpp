@@ -15,38 +15,52 @@ namespace {
 
 reply json_reply(unsigned status, const json::object& o) { return {status, json::serialize(o), "application/json", {}}; }
 
-reply healthz(const status_source&) { return json_reply(200, {{"status", "alive"}}); }
+reply healthz(status_source&) { return json_reply(200, {{"status", "alive"}}); }
 
-reply readyz(const status_source& status) {
+reply readyz(status_source& status) {
   auto r = status.ready();
   if (r.ready) return json_reply(200, {{"status", "ready"}});
   return json_reply(503, {{"status", "not ready"}, {"reason", r.reason}});
 }
 
-reply effective_config(const status_source& status) {
+reply effective_config(status_source& status) {
   auto cfg = status.current_config();
   if (!cfg) return json_reply(503, {{"error", "no configuration loaded"}});
   return json_reply(200, config_to_json(*cfg));
 }
 
 // Prometheus text exposition format 0.0.4.
-reply metrics(const status_source& status) {
+reply metrics(status_source& status) {
   return {200, status.metrics(), "text/plain; version=0.0.4; charset=utf-8", {}};
+}
+
+// Loads the configuration file again (the same checks as at the start; a bad file
+// leaves the old configuration serving and is answered 422 with its errors).
+reply reload(status_source& status) {
+  auto r = status.reload();
+  if (!r.ok) {
+    json::array errors;
+    for (auto& e : r.errors) errors.emplace_back(e);
+    return json_reply(422, {{"status", "rejected"}, {"errors", std::move(errors)}});
+  }
+  json::array restart;
+  for (auto& s : r.restart_needed) restart.emplace_back(s);
+  return json_reply(200, {{"status", "reloaded"}, {"hash", r.hash}, {"restart_needed", std::move(restart)}});
 }
 
 struct endpoint {
   std::string_view path;
   // The methods it takes, as the Allow header lists them; HEAD wherever GET is.
   std::string_view allow;
-  reply (*handle)(const status_source&);
+  reply (*handle)(status_source&);
 };
 
-// Later rows (issue 13): {"/limits", "GET, HEAD", ...}, {"/reload", "POST", ...}.
-constexpr std::array<endpoint, 4> endpoints{{
+constexpr std::array<endpoint, 5> endpoints{{
     {"/healthz", "GET, HEAD", &healthz},
     {"/readyz", "GET, HEAD", &readyz},
     {"/config", "GET, HEAD", &effective_config},
     {"/metrics", "GET, HEAD", &metrics},
+    {"/reload", "POST", &reload},
 }};
 
 bool allowed(std::string_view allow, std::string_view method) {
@@ -63,7 +77,7 @@ bool allowed(std::string_view allow, std::string_view method) {
 
 }  // namespace
 
-reply dispatch(std::string_view method, std::string_view target, const status_source& status) {
+reply dispatch(std::string_view method, std::string_view target, status_source& status) {
   auto url = boost::urls::parse_origin_form(target);
   if (!url) return json_reply(400, {{"error", "bad request target"}});
   const auto path = url->encoded_path();

@@ -17,6 +17,6 @@ struct reply {
 
 // The admin paths: each with the methods it takes and its handler. /metrics, /limits
 // and POST /reload (issue 13) are further rows of this table; until then they are 404.
-reply dispatch(std::string_view method, std::string_view target, const status_source& status);
+reply dispatch(std::string_view method, std::string_view target, status_source& status);
 
 }  // namespace fg::admin

@@ -1,5 +1,6 @@
 #pragma once
 #include <string>
+#include <vector>
 
 #include "config/config.hpp"
 
@@ -9,6 +10,15 @@ namespace fg::admin {
 struct readiness {
   bool ready = false;
   std::string reason;
+};
+
+// What a reload did: swapped in (the file's hash; settings that need a restart to take
+// effect), or rejected (the file's errors, FILE:LINE:COL: message; the old one serves).
+struct reload_outcome {
+  bool ok = false;
+  std::string hash;
+  std::vector<std::string> errors;
+  std::vector<std::string> restart_needed;
 };
 
 // What the admin listener may know of the process, from its own thread: the layer
@@ -22,6 +32,8 @@ class status_source {
   virtual readiness ready() const = 0;
   // The Prometheus text of the process' counters, gathered now.
   virtual std::string metrics() const = 0;
+  // Reloads the configuration file (POST /reload); blocks until the workers use it.
+  virtual reload_outcome reload() = 0;
 };
 
 }  // namespace fg::admin

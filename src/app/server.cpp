@@ -10,10 +10,17 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <fstream>
+#include <functional>
+#include <sstream>
 #include <optional>
 #include <thread>
 
 #include "admin/listener.hpp"
+#include "app/config_watch.hpp"
+#include "config/loader.hpp"
+#include "util/text.hpp"
 #include "limit/memory_store.hpp"
 #include "fg_version.hpp"
 #include "obs/access_log.hpp"
@@ -23,44 +30,52 @@ namespace fg::app {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 
-server::server(std::shared_ptr<const http::runtime> rt) : rt_(std::move(rt)) {}
+server::server(std::string path, std::shared_ptr<config::config> cfg) : path_(std::move(path)) {
+  layout_.assign(*cfg);
+  last_text_hash_ = cfg->hash;
+  rt_ = http::runtime::build(std::move(cfg));
+}
+
+server::~server() = default;
+
+std::shared_ptr<const http::runtime> server::current() const {
+  std::lock_guard lock(mu_);
+  return rt_;
+}
+
+config::snapshot server::current_config() const { return current()->cfg; }
+
+admin::readiness server::ready() const {
+  auto cfg = current_config();
+  if (!cfg) return {false, "no configuration loaded"};
+  if (cfg->store != config::store_kind::redis) return {true, {}};
+  std::size_t down = 0;
+  for (const auto& w : workers_) down += w->store_usable() ? 0 : 1;
+  if (down == 0 && !workers_.empty()) return {true, {}};
+  return {false, fmt::format("redis unreachable on {} of {} workers", down, workers_.size())};
+}
+
+std::string server::metrics() const {
+  std::vector<const obs::worker_metrics*> shards;
+  for (const auto& w : workers_) shards.push_back(&w->metrics());
+  obs::process_gauges g;
+  g.open_connections = connections_.open.load(std::memory_order_relaxed);
+  for (const auto& w : workers_) g.pooled_connections += w->pooled_connections();
+  g.reloads_ok = reloads_ok_.load(std::memory_order_relaxed);
+  g.reloads_failed = reloads_failed_.load(std::memory_order_relaxed);
+  g.version = FG_VERSION;
+  return obs::render_metrics(*current_config(), shards, g);
+}
 
 namespace {
 
-// What the admin thread may see of the workers: their "store usable" atomics and the
-// configuration snapshot, nothing that a worker's thread owns.
-class worker_status final : public admin::status_source {
- public:
-  worker_status(config::snapshot cfg, const std::vector<std::unique_ptr<worker>>& workers,
-                const http::connection_limit& connections)
-      : cfg_(std::move(cfg)), workers_(workers), connections_(connections) {}
-
-  config::snapshot current_config() const override { return cfg_; }
-
-  admin::readiness ready() const override {
-    if (!cfg_) return {false, "no configuration loaded"};
-    if (cfg_->store != config::store_kind::redis) return {true, {}};
-    std::size_t down = 0;
-    for (const auto& w : workers_) down += w->store_usable() ? 0 : 1;
-    if (down == 0 && !workers_.empty()) return {true, {}};
-    return {false, fmt::format("redis unreachable on {} of {} workers", down, workers_.size())};
-  }
-
-  std::string metrics() const override {
-    std::vector<const obs::worker_metrics*> shards;
-    for (const auto& w : workers_) shards.push_back(&w->metrics());
-    obs::process_gauges g;
-    g.open_connections = connections_.open.load(std::memory_order_relaxed);
-    for (const auto& w : workers_) g.pooled_connections += w->pooled_connections();
-    g.version = FG_VERSION;
-    return obs::render_metrics(*cfg_, shards, g);
-  }
-
- private:
-  config::snapshot cfg_;
-  const std::vector<std::unique_ptr<worker>>& workers_;
-  const http::connection_limit& connections_;
-};
+// The file's text ("" if it cannot be read).
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 // Binds the proxy's listening socket; false (logged) when it cannot.
 bool bind_listener(tcp::acceptor& listener, const config::endpoint& at) {
@@ -100,32 +115,35 @@ std::size_t max_connections(const config::config& cfg, unsigned workers) {
   return fds > reserve + 2 ? (fds - reserve) / 2 : 1;
 }
 
+void server::start_workers(int listen_fd) {
+  const auto& cfg = *rt_->cfg;
+  unsigned n = cfg.workers ? cfg.workers : std::max(1u, std::thread::hardware_concurrency());
+  access_ = obs::access_log::open(cfg.log);
+  memory_ = std::make_unique<limit::memory_store>(cfg.memory.max_keys);
+  connections_.max = max_connections(cfg, n);
+  for (unsigned i = 0; i < n; ++i)
+    workers_.push_back(std::make_unique<worker>(i, rt_, access_, memory_.get(), &connections_));
+  for (auto& w : workers_) w->start(listen_fd);
+  workers_running_ = true;
+  spdlog::info("floodgate listening on {} with {} worker(s), {} route(s), at most {} connections", cfg.listen.str(), n,
+               cfg.routes.size(), connections_.max);
+}
+
 int server::run() {
   const auto& cfg = *rt_->cfg;
   asio::io_context main_ioc;
   tcp::acceptor listener(main_ioc);
   if (!bind_listener(listener, cfg.listen)) return 1;
-  std::vector<std::unique_ptr<worker>> workers;
   // The admin listener (admin.listen) on a thread of its own, bound before any worker runs.
-  http::connection_limit connections;
-  worker_status status(rt_->cfg, workers, connections);
   std::optional<admin::listener> admin_listener;
   if (cfg.admin.listen) {
-    admin_listener.emplace(status);
+    admin_listener.emplace(*this);
     if (auto ec = admin_listener->listen(*cfg.admin.listen)) {
       spdlog::error("cannot listen on admin.listen {}: {}", cfg.admin.listen->str(), ec.message());
       return 1;
     }
   }
-
-  unsigned n = cfg.workers ? cfg.workers : std::max(1u, std::thread::hardware_concurrency());
-  auto access = obs::access_log::open(cfg.log);
-  limit::memory_store memory(cfg.memory.max_keys);
-  connections.max = max_connections(cfg, n);
-  for (unsigned i = 0; i < n; ++i) workers.push_back(std::make_unique<worker>(i, rt_, access, &memory, &connections));
-  for (auto& w : workers) w->start(listener.native_handle());
-  spdlog::info("floodgate listening on {} with {} worker(s), {} route(s), at most {} connections", cfg.listen.str(), n,
-               cfg.routes.size(), connections.max);
+  start_workers(listener.native_handle());
   if (admin_listener) {
     admin_listener->start();
     spdlog::info("admin listening on {}", cfg.admin.listen->str());
@@ -133,43 +151,144 @@ int server::run() {
   if (cfg.store == config::store_kind::redis && cfg.redis.mode != config::redis_mode::standalone)
     spdlog::warn("redis.mode cluster/sentinel is not implemented yet: using the first address as a standalone server");
 
+  // SIGHUP reloads; the file is watched too (a rename over it, a ConfigMap's swap).
+  asio::signal_set hup(main_ioc, SIGHUP);
+  std::function<void()> on_hup = [&] {
+    hup.async_wait([&](const boost::system::error_code& ec, int) {
+      if (ec) return;
+      reload("SIGHUP");
+      on_hup();
+    });
+  };
+  on_hup();
+  config_watch watch(main_ioc, path_, [this] { file_changed(); });
+
   asio::signal_set signals(main_ioc, SIGTERM, SIGINT);
   int signal_number = 0;
   signals.async_wait([&](const boost::system::error_code& ec, int sig) {
     if (!ec) signal_number = sig;
+    main_ioc.stop();
   });
   main_ioc.run();
   main_ioc.restart();
-  spdlog::info("signal {}: draining (up to {}ms)", signal_number, cfg.http.drain_timeout.count());
+  spdlog::info("signal {}: draining (up to {}ms)", signal_number, current_config()->http.drain_timeout.count());
   listener.close();
+  hup.cancel();
+  watch.close();
   // Draining is not serving: the admin listener goes first (its thread joins, its
   // connections close).
   admin_listener.reset();
-  for (auto& w : workers) w->drain();
+  return drain(main_ioc, signals);
+}
 
+int server::drain(asio::io_context& main_ioc, asio::signal_set& signals) {
+  {
+    // No reload from here on (one waiting for the workers ends first).
+    std::lock_guard lock(reload_mu_);
+    workers_running_ = false;
+  }
+  for (auto& w : workers_) w->drain();
   // Workers return from run() once their last connection ends; the timer bounds the wait.
   std::atomic<unsigned> done{0};
   std::vector<std::thread> joiners;
-  for (auto& w : workers)
+  for (auto& w : workers_)
     joiners.emplace_back([&, wp = w.get()] {
       wp->join();
-      if (++done == workers.size()) asio::post(main_ioc, [&] { main_ioc.stop(); });
+      if (++done == workers_.size()) asio::post(main_ioc, [&] { main_ioc.stop(); });
     });
-  asio::steady_timer deadline(main_ioc, cfg.http.drain_timeout);
+  asio::steady_timer deadline(main_ioc, current_config()->http.drain_timeout);
   deadline.async_wait([&](const boost::system::error_code& ec) {
     if (ec) return;
     spdlog::warn("drain timeout: closing remaining connections");
-    for (auto& w : workers) w->stop();
+    for (auto& w : workers_) w->stop();
   });
   // A second signal stops at once.
   signals.async_wait([&](const boost::system::error_code& ec, int) {
-    if (!ec) for (auto& w : workers) w->stop();
+    if (!ec) for (auto& w : workers_) w->stop();
   });
   main_ioc.run();
   for (auto& t : joiners) t.join();
-  workers.clear();
+  workers_.clear();
   spdlog::info("drained; exiting");
   return 0;
+}
+
+std::vector<std::string> server::keep_restart_only(config::config& next, const config::config& was) const {
+  std::vector<std::string> kept;
+  auto keep = [&](auto& now, const auto& before, const char* name) {
+    if (now == before) return;
+    now = before;
+    kept.emplace_back(name);
+  };
+  keep(next.listen, was.listen, "listen");
+  keep(next.workers, was.workers, "workers");
+  keep(next.admin.listen, was.admin.listen, "admin.listen");
+  keep(next.memory.max_keys, was.memory.max_keys, "memory.max_keys");
+  keep(next.http.max_connections, was.http.max_connections, "http.max_connections");
+  return kept;
+}
+
+admin::reload_outcome server::reload(std::string_view why) {
+  std::lock_guard serial(reload_mu_);
+  admin::reload_outcome out;
+  auto loaded = config::load_file(path_);
+  if (!loaded.ok()) {
+    for (const auto& e : loaded.errors) out.errors.push_back(e.str());
+    if (loaded.errors.empty()) out.errors.push_back(path_ + ": cannot be loaded");
+    for (const auto& e : out.errors) spdlog::error("reload ({}): {}", why, e);
+    spdlog::error("reload ({}): {} error(s) in {}: the configuration in effect is unchanged", why, out.errors.size(),
+                  path_);
+    last_text_hash_ = util::fnv1a_hex(read_file(path_));
+    reloads_failed_.fetch_add(1, std::memory_order_relaxed);
+    return out;
+  }
+  auto next = loaded.cfg;
+  last_text_hash_ = next->hash;
+  const auto was = current();
+  out.restart_needed = keep_restart_only(*next, *was->cfg);
+  for (const auto& k : out.restart_needed)
+    spdlog::warn("reload ({}): {} changed: it takes effect at the next restart (the old value stays)", why, k);
+  layout_.assign(*next);
+  if (next->log.level != was->cfg->log.level) spdlog::set_level(spdlog::level::from_str(next->log.level));
+  auto access = next->log == was->cfg->log ? access_ : obs::access_log::open(next->log);
+  auto rt = http::runtime::build(next);
+  if (workers_running_) {
+    // Every worker takes it before the answer: a request sent after it sees the new one.
+    struct acks {
+      std::mutex m;
+      std::condition_variable cv;
+      std::size_t n = 0;
+    };
+    auto applied = std::make_shared<acks>();
+    for (auto& w : workers_)
+      w->update(rt, access, [applied] {
+        std::lock_guard l(applied->m);
+        ++applied->n;
+        applied->cv.notify_one();
+      });
+    std::unique_lock l(applied->m);
+    if (!applied->cv.wait_for(l, std::chrono::seconds(5), [&] { return applied->n == workers_.size(); }))
+      spdlog::warn("reload ({}): {} of {} worker(s) took the new configuration within 5 s", why, applied->n,
+                   workers_.size());
+  }
+  {
+    std::lock_guard lock(mu_);
+    rt_ = rt;
+    access_ = access;
+  }
+  reloads_ok_.fetch_add(1, std::memory_order_relaxed);
+  out.ok = true;
+  out.hash = next->hash;
+  spdlog::info("reload ({}): {} loaded (hash {}), {} route(s)", why, path_, next->hash, next->routes.size());
+  return out;
+}
+
+void server::file_changed() {
+  {
+    std::lock_guard serial(reload_mu_);
+    if (util::fnv1a_hex(read_file(path_)) == last_text_hash_) return;
+  }
+  reload("file changed");
 }
 
 }  // namespace fg::app

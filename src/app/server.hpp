@@ -1,9 +1,14 @@
 #pragma once
+#include <atomic>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <vector>
 
-#include "http/runtime.hpp"
+#include "admin/status.hpp"
 #include "app/worker.hpp"
+#include "http/runtime.hpp"
+#include "obs/metrics.hpp"
 
 namespace fg::app {
 
@@ -11,15 +16,50 @@ namespace fg::app {
 // limit to the hard one.
 std::size_t max_connections(const config::config& cfg, unsigned workers);
 
-// The listening socket and N workers; runs until SIGTERM/SIGINT, then drains.
-class server {
+// The listening socket and N workers; runs until SIGTERM/SIGINT, then drains. Reloads
+// its configuration file on SIGHUP, on the admin's POST /reload and when the file
+// changes on disk. What the admin listener sees of the process (status_source), over
+// thread-safe state only.
+class server final : public admin::status_source {
  public:
-  explicit server(std::shared_ptr<const http::runtime> rt);
+  // `cfg` was loaded from `path` without errors.
+  server(std::string path, std::shared_ptr<config::config> cfg);
+  ~server() override;
   // Blocks until a stop signal and the drain are done. Returns the exit code.
   int run();
 
+  // Loads the file again and, if it is valid, swaps it in on every worker (any thread;
+  // one reload at a time). `why` goes in the log lines.
+  admin::reload_outcome reload(std::string_view why);
+  // The file changed on disk (the watcher): reloads if its text differs from the last
+  // text loaded or tried.
+  void file_changed();
+
+  config::snapshot current_config() const override;
+  admin::readiness ready() const override;
+  std::string metrics() const override;
+  admin::reload_outcome reload() override { return reload("POST /reload"); }
+
  private:
+  std::shared_ptr<const http::runtime> current() const;
+  // listen, workers, admin.listen, memory.max_keys and http.max_connections stay as
+  // they are until a restart: logged, and kept in `next`.
+  std::vector<std::string> keep_restart_only(config::config& next, const config::config& was) const;
+  void start_workers(int listen_fd);
+  int drain(boost::asio::io_context& main_ioc, boost::asio::signal_set& signals);
+
+  const std::string path_;
+  mutable std::mutex mu_;  // rt_ and access_ (read by the admin thread); one reload at a time
+  std::mutex reload_mu_;
   std::shared_ptr<const http::runtime> rt_;
+  std::shared_ptr<obs::access_log> access_;
+  std::string last_text_hash_;  // of the text last loaded or tried (reload_mu_)
+  obs::metrics_layout layout_;  // reload_mu_
+  std::atomic<std::uint64_t> reloads_ok_{0}, reloads_failed_{0};
+  std::unique_ptr<limit::memory_store> memory_;
+  http::connection_limit connections_;
+  std::vector<std::unique_ptr<worker>> workers_;
+  std::atomic<bool> workers_running_{false};
 };
 
 }  // namespace fg::app

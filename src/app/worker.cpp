@@ -42,33 +42,56 @@ std::string random_nonce_prefix() {
 
 }  // namespace
 
+// One thread per io_context: socket I/O needs no locking (posts from other threads still do).
 worker::worker(unsigned id, std::shared_ptr<const http::runtime> rt, std::shared_ptr<obs::access_log> access,
                limit::memory_store* memory, http::connection_limit* connections)
-    // One thread per io_context: socket I/O needs no locking (posts from other threads still do).
-    : metrics_(*rt->cfg), ioc_(std::make_unique<asio::io_context>(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO)), pool_(std::make_unique<upstream::pool>(ioc_->get_executor())) {
+    : ioc_(std::make_unique<asio::io_context>(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO)),
+      pool_(std::make_unique<upstream::pool>(ioc_->get_executor())) {
   ctx_.id = id;
   ctx_.rt = std::move(rt);
   ctx_.pool = pool_.get();
   ctx_.access = std::move(access);
   ctx_.connections = connections;
-  memory_ = std::make_unique<limit::memory_source>(*memory);
-  limit::decision_source* store = memory_.get();
-  if (ctx_.rt->cfg->store == config::store_kind::redis) {
-    redis_ = std::make_shared<redis::connection>(ioc_->get_executor(), ctx_.rt->cfg->redis, limit::limiter_script);
-    batcher_ = std::make_unique<limit::redis_batcher>(ioc_->get_executor(), redis_, 128, &resume_with_sends);
-    redis_source_ = std::make_unique<limit::redis_source>(*batcher_, redis_, random_nonce_prefix());
-    denies_ = std::make_unique<limit::deny_cache>();
-    store = redis_source_.get();
-    // Not usable until the first tick sees it connected.
-    store_usable_.store(false, std::memory_order_relaxed);
-  }
-  // Lease ids unique across workers: the worker id in the top bits.
-  limits_ = std::make_unique<limit::policy>(*store, *memory_, denies_.get(), static_cast<std::uint64_t>(id) << 48);
-  limits_->set_metrics(&metrics_);
-  if (batcher_) batcher_->set_metrics(&metrics_);
-  ctx_.limits = limits_.get();
   ctx_.metrics = &metrics_;
+  metrics_.reserve(*ctx_.rt->cfg);
+  memory_ = std::make_unique<limit::memory_source>(*memory);
+  limits_ = make_limits(*ctx_.rt->cfg);
+  ctx_.limits = &limits_->use;
+  // With Redis, not usable until the first tick sees it connected.
+  store_usable_.store(!limits_->redis, std::memory_order_relaxed);
   pool_->configure(ctx_.rt->cfg->upstreams);
+}
+
+std::unique_ptr<worker::limits_stack> worker::make_limits(const config::config& cfg) {
+  auto l = std::make_unique<limits_stack>();
+  limit::decision_source* store = memory_.get();
+  if (cfg.store == config::store_kind::redis) {
+    l->redis = std::make_shared<redis::connection>(ioc_->get_executor(), cfg.redis, limit::limiter_script);
+    l->batcher = std::make_unique<limit::redis_batcher>(ioc_->get_executor(), l->redis, 128, &resume_with_sends);
+    l->source = std::make_unique<limit::redis_source>(*l->batcher, l->redis, random_nonce_prefix());
+    l->denies = std::make_unique<limit::deny_cache>();
+    l->batcher->set_metrics(&metrics_);
+    store = l->source.get();
+  }
+  // Lease ids unique across workers and generations: the worker id in the top 16 bits,
+  // the generation in the next 8 (an old generation's tunnels may still hold leases).
+  const auto base = static_cast<std::uint64_t>(ctx_.id) << 48 | static_cast<std::uint64_t>(generation_++ & 0xff) << 40;
+  l->policy = std::make_unique<limit::policy>(*store, *memory_, l->denies.get(), base);
+  l->policy->set_metrics(&metrics_);
+  l->use.source = l->policy.get();
+  return l;
+}
+
+void worker::limits_stack::shut() {
+  if (!redis) return;
+  redis->stop();
+  // Sessions destroyed later still give their leases back: to Redis no longer (the
+  // source lets go of its connection), to the memory store as ever.
+  source->detach();
+  // Every reference to the connection must be gone by the time the io_context's
+  // services are destroyed: ours now, what handlers hold during its shutdown.
+  batcher.reset();
+  redis.reset();
 }
 
 worker::~worker() {
@@ -77,16 +100,9 @@ worker::~worker() {
   // Sockets first, then the io_context (which destroys suspended sessions), then the rest.
   acceptor_.reset();
   pool_->close_idle();
-  if (redis_) {
-    redis_->stop();
-    // Sessions destroyed with the io_context still give their leases back: to Redis
-    // no longer (the source lets go of its connection), to the memory store as ever.
-    redis_source_->detach();
-    // Every reference to the connection must be gone by the time the io_context's
-    // services are destroyed: ours now, what handlers hold during its shutdown.
-    batcher_.reset();
-    redis_.reset();
-  }
+  for (auto* l : {limits_.get(), pending_.get()})
+    if (l) l->shut();
+  for (auto& l : retired_) l->shut();
   ioc_.reset();
 }
 
@@ -104,7 +120,7 @@ void worker::start(int listen_fd) {
   acceptor_ = std::make_unique<tcp::acceptor>(*ioc_, ep.protocol(), fd);
   asio::co_spawn(*ioc_, accept_loop(), asio::detached);
   asio::co_spawn(*ioc_, sweep_deadlines(), asio::detached);
-  if (redis_) asio::post(*ioc_, [r = redis_] { r->start(); });
+  if (limits_->redis) asio::post(*ioc_, [r = limits_->redis] { r->start(); });
   thread_ = std::thread([this] {
     for (;;) {
       try {
@@ -161,10 +177,14 @@ asio::awaitable<void> worker::sweep_deadlines() {
     auto [ec] = co_await tick.async_wait(asio::as_tuple(asio::use_awaitable));
     if (ec) co_return;
     ctx_.deadlines.sweep(deadline::clock::now());
-    store_usable_.store(!redis_ || redis_->connected(), std::memory_order_relaxed);
+    if (pending_ || !retired_.empty()) tend_limits(limit::memory_store::now_ms());
+    store_usable_.store(!limits_->redis || limits_->redis->connected(), std::memory_order_relaxed);
     // Drained and nothing left: let the io_context run out of work.
     if (ctx_.draining && ctx_.deadlines.empty()) {
-      if (redis_) redis_->stop();
+      for (auto* l : {limits_.get(), pending_.get()})
+        if (l && l->redis) l->redis->stop();
+      for (auto& l : retired_)
+        if (l->redis) l->redis->stop();
       co_return;
     }
   }
@@ -186,10 +206,73 @@ void worker::join() {
   if (thread_.joinable()) thread_.join();
 }
 
-void worker::update(std::shared_ptr<const http::runtime> rt) {
-  asio::post(*ioc_, [this, rt = std::move(rt)]() mutable {
-    pool_->configure(rt->cfg->upstreams);
-    ctx_.rt = std::move(rt);
+void worker::update(std::shared_ptr<const http::runtime> rt, std::shared_ptr<obs::access_log> access,
+                    std::function<void()> applied) {
+  asio::post(*ioc_, [this, rt = std::move(rt), access = std::move(access), applied = std::move(applied)]() mutable {
+    const auto& was = pending_ ? *pending_->rt->cfg : *ctx_.rt->cfg;
+    const auto& now = *rt->cfg;
+    if (now.store == was.store && (now.store != config::store_kind::redis || now.redis == was.redis)) {
+      if (pending_) {
+        // Still connecting: it takes this snapshot instead, when it is ready.
+        if (pending_->applied) pending_->applied();
+        pending_->rt = std::move(rt);
+        pending_->access = std::move(access);
+        pending_->applied = std::move(applied);
+        return;
+      }
+      apply(std::move(rt), std::move(access));
+      if (applied) applied();
+      return;
+    }
+    // A new store: connected before it takes over, with the snapshot (no request meets
+    // a store that is not there yet, nor new limits on the old store); the old one
+    // serves meanwhile.
+    if (pending_) {
+      if (pending_->applied) pending_->applied();
+      retired_.push_back(std::move(pending_));
+    }
+    pending_ = make_limits(now);
+    pending_->ready_by = limit::memory_store::now_ms() + 2000;
+    pending_->rt = std::move(rt);
+    pending_->access = std::move(access);
+    pending_->applied = std::move(applied);
+    if (pending_->redis) pending_->redis->start();
+    else tend_limits(limit::memory_store::now_ms());
+  });
+}
+
+void worker::apply(std::shared_ptr<const http::runtime> rt, std::shared_ptr<obs::access_log> access) {
+  metrics_.reserve(*rt->cfg);  // before any request counts under the new snapshot
+  pool_->configure(rt->cfg->upstreams);
+  // A denial remembered under the old numbers may not hold under the new ones.
+  if (limits_->denies) limits_->denies->clear();
+  ctx_.rt = std::move(rt);
+  ctx_.access = std::move(access);
+}
+
+void worker::use_limits(std::unique_ptr<limits_stack> next) {
+  retired_.push_back(std::move(limits_));
+  limits_ = std::move(next);
+  ctx_.limits = &limits_->use;
+}
+
+void worker::tend_limits(std::int64_t now_ms) {
+  if (pending_ && (!pending_->redis || pending_->redis->connected() || now_ms >= pending_->ready_by)) {
+    if (pending_->redis && !pending_->redis->connected())
+      spdlog::warn("worker {}: the reloaded store is not connected after 2 s: using it anyway", ctx_.id);
+    auto next = std::move(pending_);
+    use_limits(std::move(next));
+    apply(std::move(limits_->rt), std::move(limits_->access));
+    if (auto done = std::exchange(limits_->applied, nullptr)) done();
+  }
+  // A replaced stack goes a second after its last request ended (its lease releases
+  // are written by then).
+  std::erase_if(retired_, [&](std::unique_ptr<limits_stack>& l) {
+    if (l->use.requests) return l->idle_since = 0, false;
+    if (!l->idle_since) return l->idle_since = now_ms, false;
+    if (now_ms - l->idle_since < 1000) return false;
+    l->shut();
+    return true;
   });
 }
 

@@ -3,6 +3,7 @@
 #include <boost/asio/ip/tcp.hpp>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <thread>
 
@@ -32,8 +33,14 @@ class worker {
   // Thread-safe. Abandon whatever is still running.
   void stop();
   void join();
-  // Thread-safe. Later requests use the new snapshot.
-  void update(std::shared_ptr<const http::runtime> rt);
+  // Thread-safe (a reload). Requests whose head arrives afterwards use `rt` (and
+  // `access`); those in flight finish under the snapshot they started with. Pooled
+  // connections of upstreams that remain (same address) stay. A changed store or redis
+  // section gets a new decision source, and the snapshot takes effect with it once it
+  // is connected (at most 2 s later); the old source is kept until no request uses it.
+  // `applied` runs on the worker's thread once the snapshot is in effect.
+  void update(std::shared_ptr<const http::runtime> rt, std::shared_ptr<obs::access_log> access,
+              std::function<void()> applied);
   // Thread-safe. The store answers (Redis connected; always with the memory store), as
   // of the last sweeper tick.
   bool store_usable() const { return store_usable_.load(std::memory_order_relaxed); }
@@ -42,6 +49,29 @@ class worker {
   std::size_t pooled_connections() const { return pool_->idle_total(); }
 
  private:
+  // The limits of one configuration generation: the store's decision source (memory,
+  // or Redis: connection, batcher, source) behind the policy that sessions ask.
+  struct limits_stack {
+    http::limits_in_use use;
+    std::shared_ptr<redis::connection> redis;
+    std::unique_ptr<limit::redis_batcher> batcher;
+    std::unique_ptr<limit::redis_source> source;
+    std::unique_ptr<limit::deny_cache> denies;
+    std::unique_ptr<limit::policy> policy;
+    std::int64_t idle_since = 0;  // retired: when no request used it any more (ms)
+    std::int64_t ready_by = 0;    // pending: swapped in by then, connected or not (ms)
+    // Pending: what takes effect with it, and whom to tell.
+    std::shared_ptr<const http::runtime> rt;
+    std::shared_ptr<obs::access_log> access;
+    std::function<void()> applied;
+    void shut();
+  };
+  std::unique_ptr<limits_stack> make_limits(const config::config& cfg);
+  void use_limits(std::unique_ptr<limits_stack> next);
+  // The snapshot in effect for requests whose head arrives from now on.
+  void apply(std::shared_ptr<const http::runtime> rt, std::shared_ptr<obs::access_log> access);
+  // The sweeper's part of a reload: a pending stack swapped in, unused ones destroyed.
+  void tend_limits(std::int64_t now_ms);
   boost::asio::awaitable<void> accept_loop();
   boost::asio::awaitable<void> sweep_deadlines();
   // Counts a new connection against http.max_connections; past it, answers 503 and closes.
@@ -54,13 +84,11 @@ class worker {
   std::unique_ptr<boost::asio::io_context> ioc_;
   std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;
   std::unique_ptr<upstream::pool> pool_;
-  // The limits: the store's decision source behind the policy that sessions ask.
-  std::unique_ptr<limit::memory_source> memory_;
-  std::shared_ptr<redis::connection> redis_;
-  std::unique_ptr<limit::redis_batcher> batcher_;
-  std::unique_ptr<limit::redis_source> redis_source_;
-  std::unique_ptr<limit::deny_cache> denies_;
-  std::unique_ptr<limit::policy> limits_;
+  std::unique_ptr<limit::memory_source> memory_;  // the memory store's source, for every generation
+  std::unique_ptr<limits_stack> limits_;          // in use
+  std::unique_ptr<limits_stack> pending_;         // connecting, after a reload changed the store
+  std::vector<std::unique_ptr<limits_stack>> retired_;
+  unsigned generation_ = 0;
   // Written by this worker's sweeper only, read by the admin thread (/readyz).
   std::atomic<bool> store_usable_{true};
   std::thread thread_;

@@ -15,6 +15,7 @@ struct endpoint {
   std::string host;
   std::uint16_t port = 0;
   std::string str() const;
+  bool operator==(const endpoint&) const = default;
 };
 
 struct admin_config {
@@ -27,6 +28,7 @@ struct log_config {
   std::string level = "info";
   std::string access_log = "stdout";  // stdout | off | path
   log_format format = log_format::text;
+  bool operator==(const log_config&) const = default;
 };
 
 enum class store_kind { memory, redis };
@@ -41,6 +43,7 @@ struct redis_config {
   int database = 0;
   duration timeout{50};
   std::string key_prefix = "floodgate:";
+  bool operator==(const redis_config&) const = default;
 };
 
 struct memory_config {
@@ -94,7 +97,9 @@ struct rate {
 
 struct limit_config {
   std::string name;
-  std::size_t index = 0;  // its place among all routes' limits, in file order (metrics)
+  // Where its counters are (obs::metrics_layout: stable across reloads; the loader
+  // numbers limits in file order).
+  std::size_t index = 0;
   algorithm algo = algorithm::fixed_window;
   std::vector<key_source> key{{key_source::kind::global, {}}};
   std::uint64_t limit = 0;
@@ -140,6 +145,7 @@ struct route_config {
   route_match match;
   std::string upstream;
   std::size_t upstream_index = 0;
+  std::size_t slot = 0;  // where its counters are (obs::metrics_layout; the loader: its position)
   config::on_store_error store_error = on_store_error::allow;
   response_config response;
   std::vector<limit_config> limits;

@@ -255,6 +255,7 @@ class loader {
       if (auto n = o.get("response"); present(n)) response(n, rc.response);
       if (auto n = o.get("limits"); present(n)) limits(n, rc);
       for (auto& l : rc.limits) l.index = limit_count_++;
+      rc.slot = c.routes.size();
       c.routes.push_back(std::move(rc));
     }
   }

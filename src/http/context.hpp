@@ -21,6 +21,14 @@ struct connection_limit {
   obs::periodic_count refused;  // reported in a log line every 5 s at most
 };
 
+// The limits' decision source of one configuration generation, and how many requests
+// are using it: a reload that changes the store replaces it, and the worker destroys
+// the old one once no request uses it any more (worker thread only).
+struct limits_in_use {
+  limit::decision_source* source = nullptr;
+  std::size_t requests = 0;
+};
+
 // What a session needs from the worker that owns it. Lives on the worker's thread;
 // the worker fills it in and owns what it points to.
 struct worker_context {
@@ -30,7 +38,7 @@ struct worker_context {
   // the limits' decision source and the access log.
   std::shared_ptr<const runtime> rt;
   upstream::pool* pool = nullptr;
-  limit::decision_source* limits = nullptr;
+  limits_in_use* limits = nullptr;
   std::shared_ptr<obs::access_log> access;
 
   // For the worker's life.

@@ -123,17 +123,27 @@ bool session::parse_head() {
 
 asio::awaitable<bool> session::run() {
   for (;;) {
-    rt_ = ctx_.rt;
+    if (rt_ != ctx_.rt) rt_ = ctx_.rt;
     auto o = co_await read_head(requests_ == 0);
     if (o == outcome::park) co_return true;
     if (o == outcome::keep_going) {
-      // One request, in this frame (a frame per request costs an allocation's worth).
+      // One request, in this frame (a frame per request costs an allocation's worth),
+      // under the configuration in effect when its head arrived, to its end: the
+      // snapshot (rt_) and the decision source that came with it (a reload may swap
+      // ctx_'s meanwhile; the worker keeps the old source while a request holds rt_).
+      if (rt_ != ctx_.rt) rt_ = ctx_.rt;
+      struct in_use {
+        http::limits_in_use* l;
+        explicit in_use(http::limits_in_use* p) : l(p) { ++l->requests; }
+        ~in_use() { --l->requests; }
+      } using_limits(ctx_.limits);
+      auto* limits = using_limits.l->source;
       begin_request();
       limit::lease_guard leases(limits_);  // given back when the request ends, however
-      auto st = ad_.status ? limit::status::ok : ask_limits();
+      auto st = ad_.status ? limit::status::ok : ask_limits(*limits);
       if (st == limit::status::pending) {
-        auto [ec] = co_await ctx_.limits->wait(limits_);
-        st = ctx_.limits->finish(limits_, ec);
+        auto [ec] = co_await limits->wait(limits_);
+        st = limits->finish(limits_, ec);
       }
       if (ad_.status) o = co_await send_local(ad_.status, ad_.keep_alive, ad_.body);
       else if (st == limit::status::over_limit) {
@@ -206,7 +216,7 @@ asio::awaitable<session::outcome> session::send_local(unsigned status, bool keep
   if (parser_ && parser_->is_header_done()) log_request(status);
   else if (requests_ == 0 || buffer_.size()) {
     // Rejected before a request head was parsed: still counted, and one access-log line.
-    if (ctx_.metrics) ctx_.metrics->request(-1, status);
+    if (ctx_.metrics) ctx_.metrics->request(obs::metrics_layout::none, status);
     started_ = clock::now();
     auto* log = ctx_.access.get();
     if (log && log->enabled())
@@ -219,7 +229,9 @@ asio::awaitable<session::outcome> session::send_local(unsigned status, bool keep
 }
 
 void session::log_request(unsigned status) {
-  if (ctx_.metrics) ctx_.metrics->request(ad_.route, status);
+  if (ctx_.metrics)
+    ctx_.metrics->request(
+        ad_.route >= 0 ? rt_->cfg->routes[static_cast<std::size_t>(ad_.route)].slot : obs::metrics_layout::none, status);
   auto* log = ctx_.access.get();
   if (!log || !log->enabled()) return;
   const auto& req = parser_->get();
@@ -247,7 +259,7 @@ std::optional<std::string_view> lookup_header(const void* ctx, std::string_view 
 }
 }  // namespace
 
-limit::status session::ask_limits() {
+limit::status session::ask_limits(limit::decision_source& source) {
   const auto& route = rt_->cfg->routes[static_cast<std::size_t>(ad_.route)];
   if (route.limits.empty()) return limit::status::ok;
   const auto& req = parser_->get();
@@ -260,7 +272,7 @@ limit::status session::ask_limits() {
   limits_.route = &route;
   limits_.client = ad_.client_key;
   limit::build_checks(limits_.checks, rt_->cfg->redis.key_prefix, route, parts);
-  return ctx_.limits->start(limits_);
+  return source.start(limits_);
 }
 
 }  // namespace fg::http::detail

@@ -237,6 +237,7 @@ void redis_batcher::flush() {
     if (!ec) {
       auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - sent).count();
       flow->rtt_us += (us - flow->rtt_us) / 8;
+      if (metrics) metrics->store_time(static_cast<std::uint64_t>(us));
     }
     if (!ec && !b->call.read(r)) ec = redis::make_error_code(redis::errc::protocol);
     if (ec && metrics) metrics->store_error(cause_of(ec));

@@ -121,6 +121,8 @@ class deny_cache {
   // Until when `key` is known to be denied (0: not known).
   std::int64_t denied_until(const std::string& key, std::int64_t now);
   void remember(const std::string& key, std::int64_t until);
+  // Forgets every denial (a reload: a limit's numbers may have changed).
+  void clear() { map_.clear(); }
 
  private:
   std::unordered_map<std::string, std::int64_t> map_;

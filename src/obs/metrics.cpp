@@ -3,15 +3,54 @@
 #include <prometheus/metric_family.h>
 #include <prometheus/text_serializer.h>
 
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
 #include <functional>
 #include <sstream>
+#include <utility>
 
 namespace fg::obs {
 
-worker_metrics::worker_metrics(const config::config& cfg)
-    : routes_(cfg.routes.size()), limits_(0), requests_((routes_ + 1) * 5) {
-  for (const auto& r : cfg.routes) limits_ += r.limits.size();
-  decisions_ = std::vector<counter>(limits_ * outcome_count);
+std::size_t metrics_layout::slot_of(std::unordered_map<std::string, std::size_t>& names, std::string name) {
+  if (auto it = names.find(name); it != names.end()) return it->second;
+  if (names.size() >= max_slots) {
+    if (!std::exchange(warned_, true))
+      spdlog::warn("metrics: more than {} distinct route or limit names since the start: new ones are not counted "
+                   "until a restart",
+                   max_slots);
+    return none;
+  }
+  return names.emplace(std::move(name), names.size()).first->second;
+}
+
+void metrics_layout::assign(config::config& cfg) {
+  for (auto& r : cfg.routes) {
+    r.slot = slot_of(routes_, r.name);
+    // A limit's name is unique within its route; '\n' appears in neither name.
+    for (auto& l : r.limits) l.index = slot_of(limits_, r.name + '\n' + l.name);
+  }
+}
+
+void worker_metrics::reserve(const config::config& cfg) {
+  std::size_t routes = 0, limits = 0;
+  for (const auto& r : cfg.routes) {
+    if (r.slot != metrics_layout::none) routes = std::max(routes, r.slot + 1);
+    for (const auto& l : r.limits)
+      if (l.index != metrics_layout::none) limits = std::max(limits, l.index + 1);
+  }
+  requests_.reserve(routes);
+  upstream_.reserve(routes);
+  decisions_.reserve(limits);
+}
+
+void worker_metrics::upstream_times(std::size_t slot, std::span<std::uint64_t, upstream_width> out) const {
+  auto* r = upstream_.row(slot, std::memory_order_acquire);
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = r ? read(r[i]) : 0;
+}
+
+void worker_metrics::store_times(std::span<std::uint64_t, store_bounds_us.size() + 2> out) const {
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = read(store_latency_[i]);
 }
 
 namespace {
@@ -46,24 +85,24 @@ std::uint64_t sum(std::span<const worker_metrics* const> workers, const std::fun
 // route never asked shows no line, which Prometheus reads as 0).
 MetricFamily requests(const config::config& cfg, std::span<const worker_metrics* const> workers) {
   MetricFamily f{"floodgate_requests_total", "Requests answered, by route and status class.", MetricType::Counter, {}};
-  if (workers.empty()) return f;
-  for (std::size_t r = 0; r <= workers[0]->routes(); ++r)
+  auto add = [&](std::size_t slot, const std::string& route) {
     for (unsigned k = 0; k < 5; ++k) {
-      auto n = sum(workers, [&](const worker_metrics& w) { return w.requests(r, k); });
-      if (n == 0) continue;
-      std::string route = r < cfg.routes.size() ? cfg.routes[r].name : "none";
-      f.metric.push_back(counter_of({{"route", std::move(route)}, {"code", std::string(class_names[k])}}, n));
+      auto n = sum(workers, [&](const worker_metrics& w) { return w.requests(slot, k); });
+      if (n) f.metric.push_back(counter_of({{"route", route}, {"code", std::string(class_names[k])}}, n));
     }
+  };
+  for (const auto& r : cfg.routes)
+    if (r.slot != metrics_layout::none) add(r.slot, r.name);
+  add(metrics_layout::none, "none");
   return f;
 }
 
 MetricFamily decisions(const config::config& cfg, std::span<const worker_metrics* const> workers) {
   MetricFamily f{"floodgate_ratelimit_decisions_total", "Rate-limit decisions, by route, limit and outcome.",
                  MetricType::Counter, {}};
-  if (workers.empty()) return f;
   for (const auto& route : cfg.routes)
     for (const auto& l : route.limits) {
-      if (l.index >= workers[0]->limits()) continue;
+      if (l.index == metrics_layout::none) continue;
       for (std::size_t o = 0; o < outcome_count; ++o) {
         auto n = sum(workers, [&](const worker_metrics& w) { return w.decisions(l.index, static_cast<outcome>(o)); });
         if (n == 0) continue;
@@ -97,6 +136,52 @@ std::vector<MetricFamily> store(std::span<const worker_metrics* const> workers) 
   return out;
 }
 
+// A histogram's series from per-bucket counts (the last +Inf) and the sum, in µs.
+template <std::size_t N>
+ClientMetric histogram_of(std::vector<ClientMetric::Label> labels, const std::array<std::uint64_t, N>& bounds,
+                          std::span<const std::uint64_t> counts) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  std::uint64_t cumulative = 0;
+  for (std::size_t b = 0; b < N; ++b) {
+    cumulative += counts[b];
+    m.histogram.bucket.push_back({cumulative, static_cast<double>(bounds[b]) / 1e6});
+  }
+  m.histogram.sample_count = cumulative + counts[N];  // the +Inf bucket, added by the serializer
+  m.histogram.sample_sum = static_cast<double>(counts[N + 1]) / 1e6;
+  return m;
+}
+
+// Upstream response time (to the response head) by route: routes that have had none
+// show no series.
+MetricFamily upstream_times(const config::config& cfg, std::span<const worker_metrics* const> workers) {
+  MetricFamily f{"floodgate_upstream_response_seconds",
+                 "Time from sending a request upstream to its response head, by route.", MetricType::Histogram, {}};
+  for (const auto& r : cfg.routes) {
+    if (r.slot == metrics_layout::none) continue;
+    std::array<std::uint64_t, worker_metrics::upstream_width> total{}, one{};
+    for (const auto* w : workers) {
+      w->upstream_times(r.slot, one);
+      for (std::size_t i = 0; i < total.size(); ++i) total[i] += one[i];
+    }
+    if (std::all_of(total.begin(), total.end() - 1, [](auto n) { return n == 0; })) continue;
+    f.metric.push_back(histogram_of({{"route", r.name}}, upstream_bounds_us, total));
+  }
+  return f;
+}
+
+MetricFamily store_times(std::span<const worker_metrics* const> workers) {
+  MetricFamily f{"floodgate_store_call_seconds", "Round trip of a store call (a batch of requests' limits).",
+                 MetricType::Histogram, {}};
+  std::array<std::uint64_t, store_bounds_us.size() + 2> total{}, one{};
+  for (const auto* w : workers) {
+    w->store_times(one);
+    for (std::size_t i = 0; i < total.size(); ++i) total[i] += one[i];
+  }
+  f.metric.push_back(histogram_of({}, store_bounds_us, total));
+  return f;
+}
+
 }  // namespace
 
 std::string render_metrics(const config::config& cfg, std::span<const worker_metrics* const> workers,
@@ -107,13 +192,19 @@ std::string render_metrics(const config::config& cfg, std::span<const worker_met
   families.push_back({"floodgate_deny_cache_hits_total", "Requests denied from the local deny cache, without the store.",
                       MetricType::Counter,
                       {counter_of({}, sum(workers, [](const worker_metrics& w) { return w.deny_cache_hits(); }))}});
+  families.push_back(upstream_times(cfg, workers));
   for (auto& f : store(workers)) families.push_back(std::move(f));
+  if (cfg.store == config::store_kind::redis) families.push_back(store_times(workers));
   families.push_back({"floodgate_downstream_connections", "Open downstream (client) connections.", MetricType::Gauge,
                       {gauge_of({}, static_cast<double>(gauges.open_connections))}});
   families.push_back({"floodgate_upstream_idle_connections", "Idle upstream connections in the pools.",
                       MetricType::Gauge, {gauge_of({}, static_cast<double>(gauges.pooled_connections))}});
   families.push_back({"floodgate_config_info", "The loaded configuration: its file's hash.", MetricType::Gauge,
                       {gauge_of({{"hash", cfg.hash}}, 1)}});
+  MetricFamily reloads{"floodgate_config_reloads_total", "Configuration reloads, by result.", MetricType::Counter, {}};
+  reloads.metric.push_back(counter_of({{"result", "ok"}}, gauges.reloads_ok));
+  reloads.metric.push_back(counter_of({{"result", "failed"}}, gauges.reloads_failed));
+  families.push_back(std::move(reloads));
   families.push_back({"floodgate_build_info", "The running build.", MetricType::Gauge,
                       {gauge_of({{"version", std::string(gauges.version)}}, 1)}});
   std::ostringstream out;

@@ -77,7 +77,7 @@ DEFAULT_HTTP = {"header_timeout": "2s", "idle_timeout": "5s"}
 class Gateway:
     def __init__(self, tmp_path, upstream_address, http=None, extra="", routes=None, workers=1,
                  upstream_opts=None, access_log="off", log_format="text", trusted="10.0.0.0/8", store="memory",
-                 redis=None, prefix=None, env=None, redis_extra="", binary=BIN, client_ip_extra=""):
+                 redis=None, prefix=None, env=None, redis_extra="", binary=BIN, client_ip_extra="", configmap=False):
         h = dict(DEFAULT_HTTP)
         h.update(http or {})
         http_yaml = "\n".join(f"  {k}: {v}" for k, v in h.items())
@@ -91,6 +91,12 @@ class Gateway:
 """
         self.access_log = tmp_path / "access.log" if access_log == "file" else None
         self.config = tmp_path / "floodgate.yaml"
+        if configmap:
+            # As kubelet lays out a ConfigMap volume: floodgate.yaml -> ..data/floodgate.yaml,
+            # ..data -> ..v1 (the file is written through the links).
+            (tmp_path / "..v1").mkdir()
+            os.symlink("..v1", tmp_path / "..data")
+            os.symlink("..data/floodgate.yaml", self.config)
         template = f"""listen: "127.0.0.1:__PORT__"
 workers: {workers}
 log:

@@ -63,6 +63,9 @@ struct fake_status final : fg::admin::status_source {
   cfg::snapshot current_config() const override { return cfg; }
   fg::admin::readiness ready() const override { return state; }
   std::string metrics() const override { return "# TYPE x counter\nx 1\n"; }
+  fg::admin::reload_outcome next_reload{true, "abc", {}, {}};
+  int reloads = 0;
+  fg::admin::reload_outcome reload() override { return ++reloads, next_reload; }
 };
 
 }  // namespace
@@ -88,7 +91,7 @@ TEST_CASE("admin: unknown paths are 404, other methods 405 with Allow", "[admin]
   CHECK(m.status == 200);
   CHECK(m.content_type == "text/plain; version=0.0.4; charset=utf-8");
   CHECK(m.body == "# TYPE x counter\nx 1\n");
-  for (const char* path : {"/", "/limits", "/reload", "/healthzz", "/config/"}) {
+  for (const char* path : {"/", "/limits", "/reloadz", "/healthzz", "/config/"}) {
     auto r = fg::admin::dispatch("GET", path, s);
     CHECK(r.status == 404);
     CHECK(r.allow.empty());
@@ -99,6 +102,24 @@ TEST_CASE("admin: unknown paths are 404, other methods 405 with Allow", "[admin]
     CHECK(r.allow == "GET, HEAD");
   }
   CHECK(fg::admin::dispatch("GET", "http://x/healthz", s).status == 400);
+}
+
+TEST_CASE("admin: POST /reload answers what the reload did", "[admin]") {
+  fake_status s;
+  s.cfg = load(kConfig);
+  auto get = fg::admin::dispatch("GET", "/reload", s);
+  CHECK(get.status == 405);
+  CHECK(get.allow == "POST");
+  CHECK(s.reloads == 0);
+  s.next_reload.restart_needed = {"listen"};
+  auto ok = fg::admin::dispatch("POST", "/reload", s);
+  CHECK(s.reloads == 1);
+  CHECK(ok.status == 200);
+  CHECK(ok.body == R"({"status":"reloaded","hash":"abc","restart_needed":["listen"]})");
+  s.next_reload = {false, {}, {"f.yaml:3:7: unknown key 'lmit'"}, {}};
+  auto bad = fg::admin::dispatch("POST", "/reload", s);
+  CHECK(bad.status == 422);
+  CHECK(bad.body == R"({"status":"rejected","errors":["f.yaml:3:7: unknown key 'lmit'"]})");
 }
 
 TEST_CASE("admin: /config is the effective configuration, the password redacted", "[admin]") {
