@@ -52,7 +52,9 @@ worker::worker(unsigned id, std::shared_ptr<const http::runtime> rt, std::shared
   ctx_.pool = pool_.get();
   ctx_.access = std::move(access);
   ctx_.connections = connections;
-  ctx_.metrics = &metrics_;
+  // Counted only when something can read the counts: with an admin listener
+  // (admin.listen, which only a restart changes).
+  ctx_.metrics = ctx_.rt->cfg->admin.listen ? &metrics_ : nullptr;
   metrics_.reserve(*ctx_.rt->cfg);
   memory_ = std::make_unique<limit::memory_source>(*memory);
   limits_ = make_limits(*ctx_.rt->cfg);
@@ -70,14 +72,14 @@ std::unique_ptr<worker::limits_stack> worker::make_limits(const config::config& 
     l->batcher = std::make_unique<limit::redis_batcher>(ioc_->get_executor(), l->redis, 128, &resume_with_sends);
     l->source = std::make_unique<limit::redis_source>(*l->batcher, l->redis, random_nonce_prefix());
     l->denies = std::make_unique<limit::deny_cache>();
-    l->batcher->set_metrics(&metrics_);
+    l->batcher->set_metrics(ctx_.metrics);
     store = l->source.get();
   }
   // Lease ids unique across workers and generations: the worker id in the top 16 bits,
   // the generation in the next 8 (an old generation's tunnels may still hold leases).
   const auto base = static_cast<std::uint64_t>(ctx_.id) << 48 | static_cast<std::uint64_t>(generation_++ & 0xff) << 40;
   l->policy = std::make_unique<limit::policy>(*store, *memory_, l->denies.get(), base);
-  l->policy->set_metrics(&metrics_);
+  l->policy->set_metrics(ctx_.metrics);
   l->use.source = l->policy.get();
   return l;
 }

@@ -221,8 +221,9 @@ asio::awaitable<session::outcome> session::forward() {
     if (refused == 1) co_return outcome::closed;
     if (refused) co_return co_await send_local(refused, false);
   }
-  // Timed for the metrics' histogram (and the access log): two clock reads a request.
-  const auto t0 = clock::now();
+  // Timed for the metrics' histogram and the access log: two clock reads a request.
+  const bool timing = ctx_.metrics || (ctx_.access && ctx_.access->enabled());
+  const auto t0 = timing ? clock::now() : clock::time_point{};
   upstream::connection_ptr up;
   // Declared after `up`, so destroyed before it: the sweeper never sees a freed socket.
   struct forget_upstream {
@@ -268,11 +269,12 @@ asio::awaitable<session::outcome> session::forward() {
     log_failure(up_cfg, at, ec, action.upstream);
     co_return co_await send_local(action.status, false);
   }
-  const auto waited = clock::now() - t0;
-  upstream_ms_ = std::chrono::duration<double, std::milli>(waited).count();
-  if (ctx_.metrics)
-    ctx_.metrics->upstream_time(route.slot,
-                                std::chrono::duration_cast<std::chrono::microseconds>(waited).count());
+  if (timing) {
+    const auto waited = clock::now() - t0;
+    upstream_ms_ = std::chrono::duration<double, std::milli>(waited).count();
+    if (ctx_.metrics)
+      ctx_.metrics->upstream_time(route.slot, std::chrono::duration_cast<std::chrono::microseconds>(waited).count());
+  }
   // Only a WebSocket upgrade we asked for becomes a tunnel: anything else would carry
   // the connection's later requests past routing and limits.
   if (rp_->get().result_int() == 101) {

@@ -193,8 +193,11 @@ std::string render_metrics(const config::config& cfg, std::span<const worker_met
                       MetricType::Counter,
                       {counter_of({}, sum(workers, [](const worker_metrics& w) { return w.deny_cache_hits(); }))}});
   families.push_back(upstream_times(cfg, workers));
-  for (auto& f : store(workers)) families.push_back(std::move(f));
-  if (cfg.store == config::store_kind::redis) families.push_back(store_times(workers));
+  // The store's own series with Redis only (the memory store makes no calls).
+  if (cfg.store == config::store_kind::redis) {
+    for (auto& f : store(workers)) families.push_back(std::move(f));
+    families.push_back(store_times(workers));
+  }
   families.push_back({"floodgate_downstream_connections", "Open downstream (client) connections.", MetricType::Gauge,
                       {gauge_of({}, static_cast<double>(gauges.open_connections))}});
   families.push_back({"floodgate_upstream_idle_connections", "Idle upstream connections in the pools.",
@@ -207,6 +210,8 @@ std::string render_metrics(const config::config& cfg, std::span<const worker_met
   families.push_back(std::move(reloads));
   families.push_back({"floodgate_build_info", "The running build.", MetricType::Gauge,
                       {gauge_of({{"version", std::string(gauges.version)}}, 1)}});
+  // A family with no series yet is left out (its HELP and TYPE lines too).
+  std::erase_if(families, [](const MetricFamily& f) { return f.metric.empty(); });
   std::ostringstream out;
   prometheus::TextSerializer().Serialize(out, families);
   return out.str();

@@ -169,3 +169,54 @@ def test_pooled_connections_and_the_config_hash(gateway_factory):
     # The requests went one after another over one pooled upstream connection.
     assert value(series, "floodgate_upstream_idle_connections") == 1, text
     assert value(series, "floodgate_config_info", hash=fnv1a64(g.config.read_bytes())) == 1, text
+
+
+def test_histograms_count_every_upstream_answer_and_store_call(gateway_factory, redis_server):
+    limits = limit("fixed_window", name="per-ip", key="ip", limit=3, window="1h")
+    g = with_admin(lambda extra: gateway_factory(store="redis", redis=redis_server.address, routes=route(limits),
+                                                 extra=extra, workers=2))
+    assert send(g, "/limited", 5) == [200, 200, 200, 429, 429]
+    assert send(g, "/slow?ms=120", 2) == [200, 200]
+    series, text = scrape(g)
+    h = "floodgate_upstream_response_seconds"
+    # Denied requests never went upstream.
+    assert value(series, h + "_count", route="r") == 3, text
+    assert value(series, h + "_count", route="rest") == 2, text
+    # Cumulative buckets: the two slow answers are above 50 ms and below 250 ms.
+    assert value(series, h + "_bucket", route="rest", le="0.05") == 0, text
+    assert value(series, h + "_bucket", route="rest", le="0.25") == 2, text
+    assert value(series, h + "_bucket", route="rest", le="+Inf") == 2, text
+    assert 0.24 <= value(series, h + "_sum", route="rest") < 0.5, text
+    # Every store call has its round trip observed (one call per request here, the
+    # deny cache answering the second denial).
+    calls = value(series, "floodgate_store_calls_total")
+    assert calls >= 4
+    assert value(series, "floodgate_store_call_seconds_count") == calls, text
+    assert value(series, "floodgate_store_call_seconds_bucket", le="+Inf") == calls, text
+
+
+def test_metrics_stay_bounded_with_20_routes_of_3_limits(gateway_factory):
+    routes = ""
+    for i in range(20):
+        routes += f"""  - name: route{i}
+    match:
+      path_prefix: /r{i}/
+    upstream: api
+    limits:
+"""
+        routes += limit("fixed_window", name="per-ip", key="ip", limit=1, window="1h")
+        routes += limit("fixed_window", name="per-key", key="header:X-Api-Key", limit=100, window="1h")
+        routes += limit("token_bucket", name="global", rate="1000/s", burst=1000)
+    g = with_admin(lambda extra: gateway_factory(routes=routes, extra=extra))
+    for i in range(20):
+        # One allowed, one denied by per-ip: two outcomes, two status classes a route.
+        assert send(g, f"/r{i}/x", 2) == [200, 429]
+    assert send(g, "/nowhere", 1) == [404]
+    _, text = scrape(g)
+    lines = text.splitlines()
+    print(f"/metrics: {len(lines)} lines")
+    assert len(lines) < 300, f"{len(lines)} lines:\n{text}"
+    # Bounded labels only: routes, limits, outcomes, status classes, buckets.
+    labels = set(re.findall(r'(\w+)="', text))
+    assert labels <= {"route", "limit", "outcome", "code", "le", "cause", "result", "hash", "version"}, labels
+    assert "127.0.0.1" not in text and "/r0/x" not in text
