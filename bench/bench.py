@@ -16,6 +16,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -67,15 +68,16 @@ http {{
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def start_floodgate(work, port, upstream_port, redis_port):
+def start_floodgate(work, port, upstream_port, redis_port, admin_port=None):
     # One process, three routes: no limit; a per-IP Redis limit high enough that nothing
     # is denied; and a per-IP Redis limit that a flood is far past (answered from the
     # local deny cache).
     work.mkdir()
     conf = work / "floodgate.yaml"
+    admin = f'admin: {{listen: "127.0.0.1:{admin_port}"}}\n' if admin_port else ""
     conf.write_text(f"""listen: "127.0.0.1:{port}"
 workers: 1
-log:
+{admin}log:
   level: warn
   access_log: off
 store: redis
@@ -103,6 +105,29 @@ routes:
     upstream: origin
 """)
     return subprocess.Popen(["taskset", "-c", SERVER_CORE, FLOODGATE, "--config", str(conf)])
+
+
+class Scraper:
+    """GET /metrics once a second on the admin port, as Prometheus would, until stopped."""
+
+    def __init__(self, port):
+        self.port, self.done = port, threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while not self.done.wait(1.0):
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
+                    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                    while s.recv(65536):
+                        pass
+            except OSError:
+                pass
+
+    def stop(self):
+        self.done.set()
+        self.thread.join()
 
 
 def parse_ms(text):
@@ -189,6 +214,9 @@ def main():
             sys.exit(f"{tool} not found: run bench/run.sh (it installs it)")
     work = Path(tempfile.mkdtemp(prefix="fg-bench-"))
     up_port, nginx_port, fg_port, fg1_port = free_port(), free_port(), free_port(), free_port()
+    # The same build with the admin listener on (metrics counted, /metrics scraped
+    # every second during its runs), against `floodgate` without it.
+    fga_port, admin_port = free_port(), free_port()
     # Two redis-servers, one per placement, each with its own floodgate.
     redis_ports = {CLIENT_CORE: free_port(), SERVER_CORE: free_port()}
     procs, redis_pids = [], {}
@@ -209,17 +237,20 @@ def main():
         procs.append(proxy)
         fg = start_floodgate(work / "fg", fg_port, up_port, redis_ports[CLIENT_CORE])
         fg1 = start_floodgate(work / "fg1", fg1_port, up_port, redis_ports[SERVER_CORE])
-        procs += [fg, fg1]
-        for p in (up_port, nginx_port, fg_port, fg1_port):
+        fga = start_floodgate(work / "fga", fga_port, up_port, redis_ports[CLIENT_CORE], admin_port)
+        procs += [fg, fg1, fga]
+        for p in (up_port, nginx_port, fg_port, fg1_port, fga_port, admin_port):
             wait_port(p)
         time.sleep(0.2)
-        proxy_pids = {"nginx": children(proxy.pid) or [proxy.pid], "fg+redis 1core": [fg1.pid]}
+        proxy_pids = {"nginx": children(proxy.pid) or [proxy.pid], "fg+redis 1core": [fg1.pid],
+                      "fg admin": [fga.pid], "fg+redis admin": [fga.pid]}
         origin_pids = children(origin.pid) or [origin.pid]
         # name: (port, path, the redis-server it uses)
         targets = {"nginx": (nginx_port, "/", CLIENT_CORE), "floodgate": (fg_port, "/", CLIENT_CORE),
                    "fg+redis": (fg_port, "/limited", CLIENT_CORE),
                    "fg+redis 1core": (fg1_port, "/limited", SERVER_CORE),
-                   "fg flood": (fg_port, "/flood", CLIENT_CORE)}
+                   "fg flood": (fg_port, "/flood", CLIENT_CORE),
+                   "fg admin": (fga_port, "/", CLIENT_CORE), "fg+redis admin": (fga_port, "/limited", CLIENT_CORE)}
         # warm-up: fill the upstream pools
         for name, (port, path, _) in targets.items():
             wrk(port, 256, 2, path, expect_errors=True)
@@ -254,7 +285,10 @@ def main():
                 before = redis_calls(redis_port)
                 cpu_before = cpu_seconds(pids), cpu_seconds([redis_pid]), cpu_seconds(origin_pids)
                 idle_before = core_ticks(SERVER_CORE)
+                scraper = Scraper(admin_port) if "admin" in name else None
                 r = wrk(port, c, SECONDS, path, expect_errors=name == "fg flood")
+                if scraper:
+                    scraper.stop()
                 n = max(1, wrk.last_requests)
                 per_req = (redis_calls(redis_port) - before) / n
                 proxy_us = (cpu_seconds(pids) - cpu_before[0]) / n * 1e6
@@ -297,6 +331,14 @@ def main():
                       f"{units_column([x[2] for x in cpu[(name, c)]]):>12} "
                       f"{statistics.median(x[3] for x in cpu[(name, c)]) * 100:>4.1f}%")
         print(f"floodgate peak RSS: {rss / 1024:.1f} MiB")
+        print()
+        print("admin listener on (metrics counted, scraped each second) against off, the same build: the ratio of")
+        print("their median req/s ratios against nginx")
+        for c in CONNECTIONS:
+            for on, off in (("fg admin", "floodgate"), ("fg+redis admin", "fg+redis")):
+                a = statistics.median(x[0] for x in ratios[(on, c)])
+                b = statistics.median(x[0] for x in ratios[(off, c)])
+                print(f"{on:>14} {c:>5} | {a:.3f}x vs {b:.3f}x: {a / b:.3f}")
     finally:
         stop_all(procs, work)
 
