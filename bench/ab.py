@@ -4,7 +4,8 @@
     bench/ab.py A_BINARY B_BINARY [path] [rounds]     (default /limited, 8 rounds)
 
 A binary may carry its own path, as BINARY@PATH: `bench/ab.py fg@/ fg@/limited` compares one
-binary's plain and limited routes.
+binary's plain and limited routes; BINARY+admin runs it with the admin listener on
+(metrics counted, /metrics scraped every second): `bench/ab.py fg fg+admin /`.
 
 Both binaries run side by side behind bench.py's set-up (nginx origin, redis-server beside
 wrk) and are loaded in turn, A then B, B then A, for 2 s each at 64 connections (CONNS and
@@ -41,6 +42,7 @@ def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
     binaries = {"A": sys.argv[1], "B": sys.argv[2]}
+    scrapers = []
     path = sys.argv[3] if len(sys.argv) > 3 else "/limited"
     rounds = int(sys.argv[4]) if len(sys.argv) > 4 else 8
     conns, seconds = int(os.environ.get("CONNS", "64")), int(os.environ.get("SECONDS", "2"))
@@ -59,8 +61,14 @@ def main():
         for name, binary in binaries.items():
             port = bench.free_port()
             binary, _, own_path = binary.partition("@")
+            # BINARY+admin: with the admin listener on (metrics counted, scraped each second).
+            binary, admin = binary.removesuffix("+admin"), binary.endswith("+admin")
+            admin_port = bench.free_port() if admin else None
             bench.FLOODGATE = binary
-            p = bench.start_floodgate(work / name, port, up, redis_port)
+            p = bench.start_floodgate(work / name, port, up, redis_port, admin_port)
+            if admin_port:
+                bench.wait_port(admin_port)
+                scrapers.append(bench.Scraper(admin_port))
             procs.append(p)
             targets.append((name, port, p.pid, own_path or path))
         for _, port, _, _ in targets:
@@ -102,6 +110,8 @@ def main():
             print(f"  B/A {what}, median of the rounds' ratios: "
                   f"{statistics.median(y[k] / x[k] for x, y in zip(a, b)):.3f}")
     finally:
+        for sc in scrapers:
+            sc.stop()
         bench.stop_all(procs, work)
 
 

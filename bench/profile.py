@@ -11,7 +11,8 @@
 Same set-up as bench/bench.py (nginx origin, nginx plain proxy, floodgate with its three
 routes, redis-server beside wrk). Needs linux-perf (syscalls) or valgrind (callgrind):
     apt-get install -y linux-perf valgrind
-Build floodgate first (bench/run.sh does); FLOODGATE_BIN picks another binary."""
+Build floodgate first (bench/run.sh does); FLOODGATE_BIN picks another binary;
+FG_PROFILE_ADMIN=1 turns the admin listener on (so the metrics are counted)."""
 import os
 import re
 import shutil
@@ -56,7 +57,9 @@ class Setup:
         # (valgrind) goes in front of it.
         saved, d = bench.FLOODGATE, self.work / f"fg{len(self.procs)}"
         bench.FLOODGATE = "/bin/true"
-        bench.start_floodgate(d, self.fg, self.up, self.redis).wait()
+        # FG_PROFILE_ADMIN=1: with the admin listener on (metrics counted).
+        admin = bench.free_port() if os.environ.get("FG_PROFILE_ADMIN") == "1" else None
+        bench.start_floodgate(d, self.fg, self.up, self.redis, admin).wait()
         bench.FLOODGATE = saved
         conf = d / "floodgate.yaml"
         p = subprocess.Popen(["taskset", "-c", bench.SERVER_CORE, *wrapper, bench.FLOODGATE, "--config", str(conf)],
