@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "admin/listener.hpp"
+#include "limit/inspector.hpp"
 #include "limit/memory_store.hpp"
 #include "fg_version.hpp"
 #include "obs/access_log.hpp"
@@ -127,6 +128,9 @@ int server::run() {
   spdlog::info("floodgate listening on {} with {} worker(s), {} route(s), at most {} connections", cfg.listen.str(), n,
                cfg.routes.size(), connections.max);
   if (admin_listener) {
+    // /limits reads the store on the admin's own thread and connection.
+    admin_listener->set_inspector(
+        std::make_unique<limit::store_inspector>(admin_listener->executor(), memory, cfg));
     admin_listener->start();
     spdlog::info("admin listening on {}", cfg.admin.listen->str());
   }
