@@ -4,9 +4,12 @@
 ALGOS[CC] = function(now, ceil, floor, whole, read_state, zadd_all)
   return {
     members = true,
-    load = function(key, spec)
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
-      return {n = redis.call('ZCARD', key), add = {}, dirty = false, spec = spec}
+    load = function(key, spec, dry)
+      -- A dry run leaves the expired leases and counts past them.
+      local gone = 0
+      if dry then gone = redis.call('ZCOUNT', key, '-inf', now)
+      else redis.call('ZREMRANGEBYSCORE', key, '-inf', now) end
+      return {n = redis.call('ZCARD', key) - gone, add = {}, dirty = false, spec = spec}
     end,
     take = function(st, spec, _, _, commit, nonce, i)
       local limit = spec[2]

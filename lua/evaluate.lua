@@ -1,8 +1,8 @@
 -- Driver. The gateway batches the concurrent requests of one event-loop turn into one
 -- call. ARGV[1] is one string of little-endian 64-bit integers (read with one
 -- struct.unpack, not a tonumber per argument): the number of entries E, of limit specs
--- S and of request shapes H; S specs of 6 (algorithm 1-6, a, b, c, cost, shadow 1/0);
--- H shapes, each its number of limits k and k spec indexes (1-based); E entries, each
+-- S and of request shapes H, and flags F (1: a dry run, below); S specs of 6 (algorithm
+-- 1-6, a, b, c, cost, shadow 1/0); H shapes, each its number of limits k and k spec indexes (1-based); E entries, each
 -- its shape's index and its count n of alike requests (same shape, same keys). ARGV[2]
 -- on are the nonces of the entries whose shape has a sliding_log or concurrency limit
 -- (members are named after them; such an entry is one request), in entry order. KEYS
@@ -15,6 +15,9 @@
 -- remaining, reset_ms, retry_ms, d_remaining, d_reset): the j-th request of the run
 -- (from 0) has remaining + j*d_remaining and reset_ms + j*d_reset. One string instead
 -- of an array of integers spares both sides a reply object per number.
+-- A dry run (the admin's /limits) answers the same numbers and writes nothing: no
+-- record, no cleanup of expired entries, no expiry touched, no key created. Its entries
+-- are one request each (a run of alike requests would need the records it skips).
 local v
 do
   local blob = ARGV[1]
@@ -35,8 +38,9 @@ do
   end
 end
 
+local dry = v[4] == 1
 local specs, shapes = {}, {}
-local at = 4
+local at = 5
 for s = 1, v[2] do
   -- An algorithm's constructor is replaced by what it builds, on first use.
   local code = v[at]
@@ -66,7 +70,7 @@ local states = {}
 local function state(key, spec)
   local st = states[key]
   if not st then
-    st = spec[1].load(key, spec)
+    st = spec[1].load(key, spec, dry)
     states[key] = st
   end
   return st
@@ -91,7 +95,7 @@ for _ = 1, v[1] do
     local spec = shape[1]
     local st, take, cost = state(KEYS[key_at], spec), spec[1].take, spec[5]
     while count > 0 do
-      local run, allowed, remaining, reset, retry, d_remaining, d_reset = take(st, spec, cost, count, true, nonce, 1)
+      local run, allowed, remaining, reset, retry, d_remaining, d_reset = take(st, spec, cost, count, not dry, nonce, 1)
       np = np + 1
       parts[np] = struct.pack(RUN1, run, allowed, remaining, reset, retry, d_remaining, d_reset)
       count = count - run
@@ -109,7 +113,7 @@ for _ = 1, v[1] do
         row[j + 4], row[j + 5] = 0, 0
         if row[j] == 0 and not spec[6] then blocked = true end
       end
-      if not blocked then
+      if not blocked and not dry then
         for i = 1, k do
           local spec = shape[i]
           if row[6 * i - 4] == 1 then spec[1].take(sts[i], spec, spec[5], 1, true, nonce, i) end
@@ -121,8 +125,10 @@ for _ = 1, v[1] do
   end
   key_at = key_at + k
 end
-for key, st in pairs(states) do
-  if st.dirty then st.spec[1].save(key, st, st.spec) end
+if not dry then
+  for key, st in pairs(states) do
+    if st.dirty then st.spec[1].save(key, st, st.spec) end
+  end
 end
 if np == 1 then return parts[1] end
 return table.concat(parts)

@@ -7,7 +7,9 @@
 -- (now, ceil, floor, whole, read_state, zadd_all): it returns three functions over the
 -- state of one key (and `members = true` if it names its entries after the request's
 -- nonce, so that each of its requests comes alone):
---   load(key, spec) -> st     reads the key, once per call however many requests use it
+--   load(key, spec, dry) -> st  reads the key, once per call however many requests use it;
+--                             with `dry` (a dry run) it writes nothing, not even the removal
+--                             of expired entries, and reads past them instead
 --   take(st, spec, cost, n, commit, nonce, i)
 --       -> k, allowed (1/0), remaining, reset_ms, retry_ms, d_remaining, d_reset
 --                             decides the next k (1 <= k <= n) of n alike requests at

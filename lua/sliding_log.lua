@@ -5,11 +5,14 @@ ALGOS[SL] = function(now, ceil, floor, whole, read_state, zadd_all)
   local mmax = math.max
   return {
     members = true,
-    load = function(key, spec)
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', now - spec[3])
-      local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-      return {n = redis.call('ZCARD', key), oldest = tonumber(oldest[2]), add = {}, key = key, dirty = false,
-              spec = spec}
+    load = function(key, spec, dry)
+      -- gone: the expired entries still there (a dry run leaves them), read past.
+      local gone = 0
+      if dry then gone = redis.call('ZCOUNT', key, '-inf', now - spec[3])
+      else redis.call('ZREMRANGEBYSCORE', key, '-inf', now - spec[3]) end
+      local oldest = redis.call('ZRANGE', key, gone, gone, 'WITHSCORES')
+      return {n = redis.call('ZCARD', key) - gone, oldest = tonumber(oldest[2]), add = {}, key = key, gone = gone,
+              dirty = false, spec = spec}
     end,
     take = function(st, spec, cost, _, commit, nonce, i)
       local limit, window = spec[2], spec[3]
@@ -22,7 +25,7 @@ ALGOS[SL] = function(now, ceil, floor, whole, read_state, zadd_all)
         local k = n + cost - limit
         local retry = window
         if k <= st.n then
-          local e = redis.call('ZRANGE', st.key, k - 1, k - 1, 'WITHSCORES')
+          local e = redis.call('ZRANGE', st.key, st.gone + k - 1, st.gone + k - 1, 'WITHSCORES')
           retry = ceil(tonumber(e[2]) + window - now)
         end
         return 1, 0, mmax(0, limit - n), reset, retry, 0, 0

@@ -16,18 +16,6 @@ json::array strings(const std::vector<std::string>& v) {
   return a;
 }
 
-const char* name(config::algorithm a) {
-  switch (a) {
-    case config::algorithm::fixed_window: return "fixed_window";
-    case config::algorithm::sliding_log: return "sliding_log";
-    case config::algorithm::sliding_window: return "sliding_window";
-    case config::algorithm::token_bucket: return "token_bucket";
-    case config::algorithm::gcra: return "gcra";
-    case config::algorithm::concurrency: return "concurrency";
-  }
-  return "?";
-}
-
 const char* name(config::on_store_error e) {
   switch (e) {
     case config::on_store_error::allow: return "allow";
@@ -52,19 +40,6 @@ const char* name(config::redis_mode m) {
     case config::redis_mode::standalone: return "standalone";
     case config::redis_mode::cluster: return "cluster";
     case config::redis_mode::sentinel: return "sentinel";
-  }
-  return "?";
-}
-
-// A key source as the configuration writes it: global, ip, header:NAME, ...
-std::string key_text(const config::key_source& k) {
-  using kind = config::key_source::kind;
-  switch (k.type) {
-    case kind::global: return "global";
-    case kind::ip: return "ip";
-    case kind::header: return "header:" + k.name;
-    case kind::query: return "query:" + k.name;
-    case kind::cookie: return "cookie:" + k.name;
   }
   return "?";
 }
@@ -101,7 +76,7 @@ json::object limit_json(const config::limit_config& l) {
   json::array key;
   for (const auto& k : l.key) key.emplace_back(key_text(k));
   json::object o{{"name", l.name},
-                 {"algorithm", name(l.algo)},
+                 {"algorithm", algorithm_name(l.algo)},
                  {"key", std::move(key)},
                  {"cost", l.cost},
                  {"shadow", l.shadow},
@@ -136,6 +111,30 @@ json::object route_json(const config::route_config& r) {
 }
 
 }  // namespace
+
+const char* algorithm_name(config::algorithm a) {
+  switch (a) {
+    case config::algorithm::fixed_window: return "fixed_window";
+    case config::algorithm::sliding_log: return "sliding_log";
+    case config::algorithm::sliding_window: return "sliding_window";
+    case config::algorithm::token_bucket: return "token_bucket";
+    case config::algorithm::gcra: return "gcra";
+    case config::algorithm::concurrency: return "concurrency";
+  }
+  return "?";
+}
+
+std::string key_text(const config::key_source& k) {
+  using kind = config::key_source::kind;
+  switch (k.type) {
+    case kind::global: return "global";
+    case kind::ip: return "ip";
+    case kind::header: return "header:" + k.name;
+    case kind::query: return "query:" + k.name;
+    case kind::cookie: return "cookie:" + k.name;
+  }
+  return "?";
+}
 
 json::object config_to_json(const config::config& cfg) {
   json::object admin;

@@ -12,4 +12,8 @@ inline constexpr const char* redacted = "<redacted>";
 // ending in _ms), secrets (redis.password) replaced by `redacted`.
 boost::json::object config_to_json(const config::config& cfg);
 
+// As the configuration writes them: "sliding_log"; "global", "ip", "header:NAME", ...
+const char* algorithm_name(config::algorithm a);
+std::string key_text(const config::key_source& k);
+
 }  // namespace fg::admin

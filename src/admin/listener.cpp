@@ -174,7 +174,8 @@ asio::awaitable<void> listener::session(tcp::socket socket) {
       co_await send(stream, std::move(res), limits_.read_timeout);
       break;
     }
-    auto answer = dispatch(req.method_string(), req.target(), status_);
+    const services with{inspector_.get()};
+    auto answer = co_await serve(req.method_string(), req.target(), status_, with);
     auto res = make_response(std::move(answer), head, req.keep_alive());
     const bool keep = co_await send(stream, std::move(res), limits_.read_timeout);
     if (!keep) break;

@@ -6,10 +6,12 @@
 
 #include <chrono>
 #include <cstddef>
+#include <memory>
 #include <thread>
 
 #include "admin/status.hpp"
 #include "config/config.hpp"
+#include "limit/inspector.hpp"
 
 namespace fg::admin {
 
@@ -32,6 +34,10 @@ class listener {
 
   // Binds and listens (before any thread runs), or says why it cannot.
   boost::system::error_code listen(const config::endpoint& ep);
+  // The admin's io_context, for what serves on its thread (the inspector's connection).
+  boost::asio::any_io_executor executor() { return ioc_.get_executor(); }
+  // What /limits reads the store through (before start(); without one it answers 503).
+  void set_inspector(std::unique_ptr<limit::inspector> inspector) { inspector_ = std::move(inspector); }
   // Serves on a thread of its own.
   void start();
   // Thread-safe. Stops serving and closes every admin connection; joins the thread.
@@ -48,6 +54,8 @@ class listener {
   unsigned open_ = 0;
   boost::asio::io_context ioc_;
   boost::asio::ip::tcp::acceptor acceptor_;
+  // Its connection lives on ioc_: destroyed before it, after the thread is joined.
+  std::unique_ptr<limit::inspector> inspector_;
   std::thread thread_;
 };
 

@@ -6,6 +6,7 @@
 #include <array>
 
 #include "admin/config_json.hpp"
+#include "admin/limits.hpp"
 
 namespace fg::admin {
 
@@ -53,14 +54,23 @@ struct endpoint {
   // The methods it takes, as the Allow header lists them; HEAD wherever GET is.
   std::string_view allow;
   reply (*handle)(status_source&);
+  // Instead of handle: answered asynchronously, by serve().
+  boost::asio::awaitable<reply> (*handle_async)(const status_source&, const services&, boost::urls::url_view) =
+      nullptr;
 };
 
-constexpr std::array<endpoint, 5> endpoints{{
+boost::asio::awaitable<reply> inspect_limits(const status_source& status, const services& with,
+                                             boost::urls::url_view url) {
+  return limits(status, with.inspector, url);
+}
+
+constexpr std::array<endpoint, 6> endpoints{{
     {"/healthz", "GET, HEAD", &healthz},
     {"/readyz", "GET, HEAD", &readyz},
     {"/config", "GET, HEAD", &effective_config},
     {"/metrics", "GET, HEAD", &metrics},
     {"/reload", "POST", &reload},
+    {"/limits", "GET, HEAD", nullptr, &inspect_limits},
 }};
 
 bool allowed(std::string_view allow, std::string_view method) {
@@ -75,22 +85,43 @@ bool allowed(std::string_view allow, std::string_view method) {
   return false;
 }
 
+// The endpoint for the request, or the reply that says why there is none.
+const endpoint* route(std::string_view method, boost::urls::url_view url, reply& refused) {
+  const auto path = url.encoded_path();
+  for (const auto& e : endpoints) {
+    if (path != e.path) continue;
+    if (!allowed(e.allow, method)) {
+      refused = json_reply(405, {{"error", "method not allowed"}});
+      refused.allow = e.allow;
+      return nullptr;
+    }
+    return &e;
+  }
+  refused = json_reply(404, {{"error", "not found"}});
+  return nullptr;
+}
+
 }  // namespace
 
 reply dispatch(std::string_view method, std::string_view target, status_source& status) {
   auto url = boost::urls::parse_origin_form(target);
   if (!url) return json_reply(400, {{"error", "bad request target"}});
-  const auto path = url->encoded_path();
-  for (const auto& e : endpoints) {
-    if (path != e.path) continue;
-    if (!allowed(e.allow, method)) {
-      auto r = json_reply(405, {{"error", "method not allowed"}});
-      r.allow = e.allow;
-      return r;
-    }
-    return e.handle(status);
-  }
-  return json_reply(404, {{"error", "not found"}});
+  reply refused;
+  const auto* e = route(method, *url, refused);
+  if (!e) return refused;
+  if (!e->handle) return json_reply(503, {{"error", "asynchronous path"}});
+  return e->handle(status);
+}
+
+boost::asio::awaitable<reply> serve(std::string_view method, std::string_view target, status_source& status,
+                                    const services& with) {
+  auto url = boost::urls::parse_origin_form(target);
+  if (!url) co_return json_reply(400, {{"error", "bad request target"}});
+  reply refused;
+  const auto* e = route(method, *url, refused);
+  if (!e) co_return refused;
+  if (!e->handle_async) co_return e->handle(status);
+  co_return co_await e->handle_async(status, with, *url);
 }
 
 }  // namespace fg::admin

@@ -1,8 +1,12 @@
 #pragma once
+#include <boost/asio/awaitable.hpp>
+
 #include <string>
 #include <string_view>
 
 #include "admin/status.hpp"
+
+namespace fg::limit { class inspector; }
 
 namespace fg::admin {
 
@@ -15,8 +19,17 @@ struct reply {
   std::string allow;
 };
 
-// The admin paths: each with the methods it takes and its handler. /metrics, /limits
-// and POST /reload (issue 13) are further rows of this table; until then they are 404.
+// The admin paths: each with the methods it takes and its handler.
 reply dispatch(std::string_view method, std::string_view target, status_source& status);
+
+// What the asynchronous paths (/limits) use besides the status source.
+struct services {
+  limit::inspector* inspector = nullptr;  // null: /limits answers 503
+};
+
+// Every path, the asynchronous ones awaited (on the admin's io_context); dispatch()
+// answers those 503.
+boost::asio::awaitable<reply> serve(std::string_view method, std::string_view target, status_source& status,
+                                    const services& with);
 
 }  // namespace fg::admin

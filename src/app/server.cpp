@@ -21,6 +21,7 @@
 #include "app/config_watch.hpp"
 #include "config/loader.hpp"
 #include "util/text.hpp"
+#include "limit/inspector.hpp"
 #include "limit/memory_store.hpp"
 #include "fg_version.hpp"
 #include "obs/access_log.hpp"
@@ -145,6 +146,9 @@ int server::run() {
   }
   start_workers(listener.native_handle());
   if (admin_listener) {
+    // /limits reads the store on the admin's own thread and connection.
+    admin_listener->set_inspector(
+        std::make_unique<limit::store_inspector>(admin_listener->executor(), *memory_, cfg));
     admin_listener->start();
     spdlog::info("admin listening on {}", cfg.admin.listen->str());
   }

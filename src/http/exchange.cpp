@@ -269,12 +269,7 @@ asio::awaitable<session::outcome> session::forward() {
     log_failure(up_cfg, at, ec, action.upstream);
     co_return co_await send_local(action.status, false);
   }
-  if (timing) {
-    const auto waited = clock::now() - t0;
-    upstream_ms_ = std::chrono::duration<double, std::milli>(waited).count();
-    if (ctx_.metrics)
-      ctx_.metrics->upstream_time(route.slot, std::chrono::duration_cast<std::chrono::microseconds>(waited).count());
-  }
+  if (timing) note_upstream_time(route, clock::now() - t0);
   // Only a WebSocket upgrade we asked for becomes a tunnel: anything else would carry
   // the connection's later requests past routing and limits.
   if (rp_->get().result_int() == 101) {
@@ -288,6 +283,12 @@ asio::awaitable<session::outcome> session::forward() {
   // An upgrade the upstream declined may leave it expecting another protocol: not reused.
   if (reusable && !upgrade) ctx_.pool->release(up_cfg.name, std::move(up));
   co_return o;
+}
+
+void session::note_upstream_time(const config::route_config& route, clock::duration waited) {
+  upstream_ms_ = std::chrono::duration<double, std::milli>(waited).count();
+  if (ctx_.metrics)
+    ctx_.metrics->upstream_time(route.slot, std::chrono::duration_cast<std::chrono::microseconds>(waited).count());
 }
 
 // The rest of the request body, streamed; the client's errors come back as body_errc.

@@ -90,6 +90,9 @@ class session {
   // The route's limits: asks the worker's decision source (a plain function around the
   // one wait for Redis, so that a limited request costs no coroutine frame of its own).
   limit::status ask_limits(limit::decision_source& source);
+  // The upstream answered (its response head) `waited` after the request went: for the
+  // access log and the metrics.
+  void note_upstream_time(const config::route_config& route, clock::duration waited);
   asio::awaitable<outcome> send_local(unsigned status, bool keep_alive, std::string_view body = {},
                                       std::string_view extra = {}, std::string_view content_type = {});
   // After a refusal (429, 503), the connection stays open only if the unread body

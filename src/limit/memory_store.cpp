@@ -66,15 +66,34 @@ key_state& memory_store::touch(shard& s, const std::string& key, std::int64_t no
   return s.lru.front().state;
 }
 
+std::vector<std::size_t> memory_store::lock_order(std::vector<std::size_t> idx) {
+  std::sort(idx.begin(), idx.end());
+  idx.erase(std::unique(idx.begin(), idx.end()), idx.end());
+  return idx;
+}
+
+void memory_store::peek(std::span<const check> checks, std::span<decision> out, std::int64_t now) const {
+  std::vector<std::size_t> idx;
+  idx.reserve(checks.size());
+  for (const auto& c : checks) idx.push_back(shard_of(c.key));
+  std::vector<std::unique_lock<std::mutex>> locks;
+  for (auto i : lock_order(idx)) locks.emplace_back(shards_[i].mu);
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const auto& sh = shards_[idx[i]];
+    auto it = sh.map.find(std::string_view(checks[i].key));
+    // A copy: evaluating without commit still drops expired entries from the state.
+    key_state s = it == sh.map.end() ? key_state{} : it->second->state;
+    out[i] = limit::evaluate(*checks[i].cfg, s, now, checks[i].cost, false);
+  }
+}
+
 memory_store::result memory_store::evaluate(std::span<const check> checks, std::span<decision> out, std::int64_t now,
                                             std::uint64_t lease) {
   // Lock every shard involved, in index order (no deadlock), so the checks are one step.
   std::vector<std::size_t> idx;
   idx.reserve(checks.size());
   for (const auto& c : checks) idx.push_back(shard_of(c.key));
-  std::vector<std::size_t> order = idx;
-  std::sort(order.begin(), order.end());
-  order.erase(std::unique(order.begin(), order.end()), order.end());
+  const auto order = lock_order(idx);
   std::vector<std::unique_lock<std::mutex>> locks;
   locks.reserve(order.size());
   for (auto i : order) locks.emplace_back(shards_[i].mu);

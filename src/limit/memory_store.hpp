@@ -31,6 +31,9 @@ class memory_store {
   // nothing is recorded for any; otherwise every admitting check is recorded.
   // `now` in milliseconds (monotonic). Thread-safe.
   result evaluate(std::span<const check> checks, std::span<decision> out, std::int64_t now, std::uint64_t lease);
+  // What evaluate() would answer at `now`, recording nothing: no key created (one it
+  // does not hold is as a new one), no state cleaned, no recency touched. Thread-safe.
+  void peek(std::span<const check> checks, std::span<decision> out, std::int64_t now) const;
   void release(const std::string& key, std::uint64_t lease);
   // A held concurrency lease lives `lifetime_ms` from `now` again (a long tunnel).
   void renew(const std::string& key, std::uint64_t lease, std::int64_t now, std::int64_t lifetime_ms);
@@ -53,6 +56,8 @@ class memory_store {
     std::int64_t next_sweep = 0;
   };
   std::size_t shard_of(std::string_view key) const;
+  // The shard indexes `idx` sorted and unique: the order to lock them in (no deadlock).
+  static std::vector<std::size_t> lock_order(std::vector<std::size_t> idx);
   // The key's state, created (making room if the shard is full) when absent; used now.
   key_state& touch(shard& s, const std::string& key, std::int64_t now, std::span<key_state* const> keep);
   // Erases expired keys, except those in `keep` (states the caller still points to).

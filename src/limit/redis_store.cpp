@@ -104,13 +104,14 @@ script_call::slot script_call::add(std::span<const check> checks, std::string_vi
   return {entries_.size() - 1, 0};
 }
 
-std::pair<std::size_t, std::string> script_call::finish() {
+std::pair<std::size_t, std::string> script_call::finish(bool dry_run) {
   std::string keys, blob, nonces;
   std::size_t keys_count = 0, nonce_count = 0;
-  blob.reserve(24 + specs_.size() + shapes_.size() + 16 * entries_.size());
+  blob.reserve(32 + specs_.size() + shapes_.size() + 16 * entries_.size());
   append_int(blob, static_cast<std::int64_t>(entries_.size()));
   append_int(blob, static_cast<std::int64_t>(spec_ids_.size()));
   append_int(blob, static_cast<std::int64_t>(shape_ids_.size()));
+  append_int(blob, dry_run ? 1 : 0);
   blob += specs_;
   blob += shapes_;
   for (const auto& en : entries_) {

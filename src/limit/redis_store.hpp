@@ -35,7 +35,9 @@ class script_call {
   slot add(std::span<const check> checks, std::string_view nonce);
   std::size_t requests() const { return requests_; }
   // The script's arguments (numkeys, KEYS, ARGV) as RESP bulk strings, and their count.
-  std::pair<std::size_t, std::string> finish();
+  // A `dry_run` decides and records nothing (lua/evaluate.lua): its requests must not be
+  // alike (one request, or ones with different keys).
+  std::pair<std::size_t, std::string> finish(bool dry_run = false);
   // After finish(), on the script's reply: finds each entry's runs; false when the reply
   // is not what the script returns for this call. The reply must outlive decisions().
   bool read(const redisReply* r);

@@ -103,7 +103,7 @@ def test_head_has_the_get_head_and_no_body(shared):
 
 def test_unknown_path_is_404_json(shared):
     g, _ = shared
-    for path in ("/nope", "/healthz/x", "/reloadx", "/metrics/"):
+    for path in ("/nope", "/healthz/x", "/reloadx", "/metrics/", "/limits/x"):
         r = admin_get(g, path)
         assert r.status == 404, path
         assert r.header("content-type") == "application/json"

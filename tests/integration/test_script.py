@@ -49,10 +49,11 @@ def state(redis_server, key, fields):
     return dict(zip(fields, struct.unpack(f"<{len(fields)}d", raw)))
 
 
-def call(redis_server, requests, specs, group=True):
+def call(redis_server, requests, specs, group=True, dry=False):
     """requests: [(nonce, [(key, spec_index), ...]), ...]; specs: [(algorithm, a, b, c, cost, shadow), ...].
     Sends them as the gateway does: specs and shapes once; alike requests (same shape,
     same keys, no nonce needed) as one entry with a count, unless `group` is false;
+    `dry`: a dry run (decides, records nothing; the admin's /limits);
     per entry its shape and its count, and for sliding_log or concurrency its nonce.
     Returns per request a list of (allowed, remaining, reset_ms, retry_ms) per limit,
     expanded from the runs the script answers with."""
@@ -70,7 +71,7 @@ def call(redis_server, requests, specs, group=True):
         else:
             slots.append((len(entries), 0))
             entries.append({"shape": shape, "keys": keys, "count": 1, "nonce": nonce if named else None})
-    numbers = [len(entries), len(specs), len(shapes)]
+    numbers = [len(entries), len(specs), len(shapes), 1 if dry else 0]
     for s in specs:
         numbers += list(s)
     for shape in shapes:
@@ -214,3 +215,46 @@ def test_a_run_of_alike_requests_is_answered_in_runs_with_the_same_decisions(red
         assert state(redis_server, key, "bcpo")["c"] == 30  # bucket, counts, origin
     assert call(redis_server, [("m", [(key, 1)])], [spec])[0][0][0] == 0
     assert int(redis_server.cli("pttl", key)) > 0
+
+
+def key_state(redis_server, key):
+    """A key's value (DUMP), absolute expiry and the number of keys."""
+    return redis_server.raw("DUMP", key), redis_server.cli("pexpiretime", key), redis_server.cli("dbsize")
+
+
+@pytest.mark.parametrize("fill", [3, 5], ids=["allowed", "denied"])
+@pytest.mark.parametrize("algo", list(SPECS))
+def test_a_dry_run_answers_as_the_real_call_and_writes_nothing(redis_server, algo, fill):
+    key = "fgtest:{r:l:dry}"
+    spec = [(*SPECS[algo], 0)]
+    call(redis_server, [(f"n{i}", [(key, 1)]) for i in range(fill)], spec)
+    if algo in ("sliding_log", "concurrency"):
+        # Expired entries, which a real call removes and a dry run must read past: admitted
+        # 61 s ago (sliding_log's window is 60 s), or leases that ended 1 ms ago.
+        t = redis_server.cli("time").split()
+        now = int(t[0]) * 1000 + int(t[1]) // 1000
+        old = now - 61000 if algo == "sliding_log" else now - 1
+        redis_server.cli("zadd", key, str(old), "old:1", str(old - 5), "old:2")
+    before = key_state(redis_server, key)
+    dry = [call(redis_server, [("d", [(key, 1)])], spec, dry=True)[0][0] for _ in range(3)]
+    assert key_state(redis_server, key) == before
+    # and a key it is asked about that does not exist is not created
+    fresh = call(redis_server, [("d", [("fgtest:{r:l:none}", 1)])], spec, dry=True)[0][0]
+    assert fresh[:2] == (1, 4) and redis_server.raw("DUMP", "fgtest:{r:l:none}") is None
+    real = call(redis_server, [("r", [(key, 1)])], spec)[0][0]
+    for d in dry:
+        assert d[:2] == real[:2] == ((1, 5 - fill - 1) if fill < 5 else (0, 0))
+        # the same times, but for the milliseconds between the calls
+        assert abs(d[2] - real[2]) <= 50 and abs(d[3] - real[3]) <= 50
+    if algo in ("sliding_log", "concurrency"):
+        assert int(redis_server.cli("zcount", key, "-inf", "+inf")) == fill + (1 if fill < 5 else 0)
+
+
+def test_a_dry_run_of_several_limits_records_nothing_for_any(redis_server):
+    wide, narrow = "fgtest:{r:wide:d}", "fgtest:{r:narrow:d}"
+    specs = [(FW, 10, 60000, 0, 1, 0), (SL, 2, 60000, 0, 1, 0)]
+    call(redis_server, [("n0", [(wide, 1), (narrow, 2)])], specs)
+    before = key_state(redis_server, wide), key_state(redis_server, narrow)
+    res = call(redis_server, [("d", [(wide, 1), (narrow, 2)])], specs, dry=True)
+    assert [x[:2] for x in res[0]] == [(1, 8), (1, 0)]
+    assert (key_state(redis_server, wide), key_state(redis_server, narrow)) == before

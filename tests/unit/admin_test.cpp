@@ -91,7 +91,7 @@ TEST_CASE("admin: unknown paths are 404, other methods 405 with Allow", "[admin]
   CHECK(m.status == 200);
   CHECK(m.content_type == "text/plain; version=0.0.4; charset=utf-8");
   CHECK(m.body == "# TYPE x counter\nx 1\n");
-  for (const char* path : {"/", "/limits", "/reloadz", "/healthzz", "/config/"}) {
+  for (const char* path : {"/", "/limits/", "/reloadz", "/healthzz", "/config/"}) {
     auto r = fg::admin::dispatch("GET", path, s);
     CHECK(r.status == 404);
     CHECK(r.allow.empty());

@@ -1121,7 +1121,7 @@ TEST_CASE("script_call: specs and shapes once per call, alike requests as one en
   CHECK((s1.entry == 0 && s1.ordinal == 0 && s3.entry == 0 && s3.ordinal == 1));
   CHECK((s2.entry == 1 && s4.entry == 2 && s5.entry == 3 && s6.entry == 4));
   auto [argc, args] = call.finish();
-  auto blob = ints({5, 3, 3,                   // entries, specs, shapes
+  auto blob = ints({5, 3, 3, 0,                // entries, specs, shapes, flags
                     1, 100, 60000, 0, 1, 0,    // spec 1: fixed_window
                     2, 5, 1000, 0, 1, 0,       // spec 2: sliding_log
                     5, 10, 1000, 20, 2, 1,     // spec 3: gcra rate, burst, cost, shadow

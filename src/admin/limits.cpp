@@ -1,0 +1,186 @@
+#include "admin/limits.hpp"
+
+#include <boost/json/array.hpp>
+#include <boost/json/serialize.hpp>
+
+#include <algorithm>
+#include <vector>
+
+#include "admin/config_json.hpp"
+#include "admin/limits_query.hpp"
+#include "limit/headers.hpp"
+#include "limit/inspector.hpp"
+#include "limit/keys.hpp"
+#include "util/text.hpp"
+
+namespace fg::admin {
+
+namespace json = boost::json;
+using kind = config::key_source::kind;
+
+namespace {
+
+reply json_reply(unsigned status, const json::object& o) { return {status, json::serialize(o), "application/json", {}}; }
+
+reply error(unsigned status, const std::string& message) { return json_reply(status, {{"error", message}}); }
+
+const char* store_name(const config::config& cfg) {
+  return cfg.store == config::store_kind::redis ? "redis" : "memory";
+}
+
+bool uses(const config::route_config& r, kind k) {
+  return std::any_of(r.limits.begin(), r.limits.end(), [&](const auto& l) {
+    return std::any_of(l.key.begin(), l.key.end(), [&](const auto& s) { return s.type == k; });
+  });
+}
+
+// Whether one of the route's limits reads the parameter (header names case-insensitive).
+bool reads(const config::route_config& r, kind k, const std::string& name) {
+  return std::any_of(r.limits.begin(), r.limits.end(), [&](const auto& l) {
+    return std::any_of(l.key.begin(), l.key.end(), [&](const auto& s) {
+      if (k == kind::header)
+        return (s.type == kind::header && util::iequals(s.name, name)) ||
+               (s.type == kind::cookie && util::iequals(name, "Cookie"));
+      return s.type == k && s.name == name;
+    });
+  });
+}
+
+// The parameters no limit of the route reads: named in the answer, a typo shows.
+json::array unused(const config::route_config& r, const limits_query& q) {
+  json::array out;
+  if (q.ip && !uses(r, kind::ip)) out.emplace_back("ip");
+  for (const auto& [n, v] : q.headers)
+    if (!reads(r, kind::header, n)) out.emplace_back("header." + n);
+  for (const auto& [n, v] : q.query)
+    if (!reads(r, kind::query, n)) out.emplace_back("query." + n);
+  for (const auto& [n, v] : q.cookies)
+    if (!reads(r, kind::cookie, n)) out.emplace_back("cookie." + n);
+  return out;
+}
+
+json::array missing_sources(const config::limit_config& l, const limit::request_parts& parts) {
+  json::array out;
+  for (const auto& k : l.key)
+    if (source_missing(l, k, parts)) out.emplace_back(key_text(k));
+  return out;
+}
+
+// What a limit is, as configured.
+json::object describe(const config::limit_config& l) {
+  json::array sources;
+  for (const auto& k : l.key) sources.emplace_back(key_text(k));
+  json::object o{{"name", l.name},
+                 {"algorithm", algorithm_name(l.algo)},
+                 {"key_source", std::move(sources)},
+                 {"quota", config::quota(l)},
+                 {"cost", l.cost},
+                 {"shadow", l.shadow}};
+  if (config::rate_based(l)) {
+    o["rate"] = json::object{{"count", l.rate_.count}, {"per_ms", l.rate_.per.count()}};
+    o["burst"] = l.burst;
+  } else {
+    o[l.algo == config::algorithm::concurrency ? "lease_ms" : "window_ms"] = l.window.count();
+  }
+  return o;
+}
+
+// One evaluated limit: its key and the store's answer for the next request.
+void add_state(json::object& o, const limit::check& c, const limit::decision& d, bool admitted,
+               const limit::request_parts& parts) {
+  const auto& l = *c.cfg;
+  const bool cc = l.algo == config::algorithm::concurrency;
+  // What is left now: an admitting decision tells what is left after the request.
+  const std::uint64_t taken = cc ? 1 : c.cost;
+  const std::uint64_t now_left = std::min(config::quota(l), d.allowed ? d.remaining + taken : d.remaining);
+  o["key"] = c.key;
+  if (auto m = missing_sources(l, parts); !m.empty()) {
+    o["anonymous"] = true;  // on_missing_key: anonymous, the key every such request shares
+    o["missing"] = std::move(m);
+  }
+  o["remaining"] = now_left;
+  if (cc) o["in_use"] = config::quota(l) - now_left;
+  o["reset_ms"] = d.reset_ms;
+  o["next"] = d.allowed ? "allowed" : l.shadow ? "shadow_denied" : "denied";
+  o["would_deny"] = !d.allowed;
+  if (!d.allowed) o["retry_after_ms"] = d.retry_ms;
+  // A request that one limit denies consumes nothing from the others.
+  o["consumes"] = d.allowed && admitted;
+}
+
+json::object answer(const config::config& cfg, const config::route_config& route, const limits_query& q,
+                    const limit::request_parts& parts, const std::vector<limit::check>& checks,
+                    const std::vector<limit::decision>& out) {
+  bool denied = false;
+  std::int64_t retry = 0;
+  for (std::size_t i = 0; i < checks.size(); ++i)
+    if (!out[i].allowed && !checks[i].cfg->shadow) denied = true, retry = std::max(retry, out[i].retry_ms);
+  json::array limits;
+  for (const auto& l : route.limits) {
+    auto o = describe(l);
+    auto it = std::find_if(checks.begin(), checks.end(), [&](const auto& c) { return c.cfg == &l; });
+    if (it == checks.end()) {
+      // on_missing_key: skip, and a source missing: the gateway does not evaluate it.
+      o["skipped"] = true;
+      o["missing"] = missing_sources(l, parts);
+    } else {
+      add_state(o, *it, out[static_cast<std::size_t>(it - checks.begin())], !denied, parts);
+    }
+    limits.emplace_back(std::move(o));
+  }
+  json::object a{{"route", route.name}, {"store", store_name(cfg)}, {"next_request", denied ? "denied" : "allowed"}};
+  // As the 429's Retry-After would say.
+  if (denied) a["retry_after_s"] = std::max<std::int64_t>(1, limit::ceil_seconds(retry));
+  a["limits"] = std::move(limits);
+  if (auto u = unused(route, q); !u.empty()) a["unused_parameters"] = std::move(u);
+  return a;
+}
+
+const config::route_config* find_route(const config::config& cfg, const std::string& name) {
+  for (const auto& r : cfg.routes)
+    if (r.name == name) return &r;
+  return nullptr;
+}
+
+// The first limit that keys on the client's address, if any.
+const config::limit_config* keyed_on_ip(const config::route_config& r) {
+  for (const auto& l : r.limits)
+    for (const auto& k : l.key)
+      if (k.type == kind::ip) return &l;
+  return nullptr;
+}
+
+}  // namespace
+
+boost::asio::awaitable<reply> limits(const status_source& status, limit::inspector* inspector,
+                                     boost::urls::url_view url) {
+  limits_query q;
+  if (auto bad = parse_limits_query(url, q)) co_return *bad;
+  // At each call: a reload swaps it.
+  auto cfg = status.current_config();
+  if (!cfg) co_return error(503, "no configuration loaded");
+  const auto* route = find_route(*cfg, q.route);
+  if (!route) co_return error(404, "no route named '" + q.route + "'");
+  std::string client;
+  if (q.ip) {
+    auto key = client_key(*q.ip, *cfg);
+    if (!key) co_return error(400, "parameter 'ip': '" + *q.ip + "' is not an IP address");
+    client = std::move(*key);
+  } else if (const auto* l = keyed_on_ip(*route)) {
+    co_return error(400, "missing parameter 'ip': limit '" + l->name + "' keys on the client's address");
+  }
+  synthetic_request req(q, std::move(client));
+  std::vector<limit::check> checks;
+  // The gateway's own key building, for a request with these attributes.
+  limit::build_checks(checks, cfg->redis.key_prefix, *route, req.parts());
+  std::vector<limit::decision> out(checks.size());
+  if (!inspector) co_return error(503, "limit inspection is not available");
+  const std::span<const limit::check> in(checks);
+  const std::span<limit::decision> into(out);
+  auto ec = co_await inspector->peek(*cfg, in, into);
+  if (ec)
+    co_return json_reply(503, {{"error", "store unreachable"}, {"store", store_name(*cfg)}, {"reason", ec.message()}});
+  co_return json_reply(200, answer(*cfg, *route, q, req.parts(), checks, out));
+}
+
+}  // namespace fg::admin

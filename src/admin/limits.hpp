@@ -1,0 +1,20 @@
+#pragma once
+#include <boost/asio/awaitable.hpp>
+#include <boost/url/url_view.hpp>
+
+#include "admin/routes.hpp"
+#include "admin/status.hpp"
+
+namespace fg::limit { class inspector; }
+
+namespace fg::admin {
+
+// GET /limits?route=R&ip=A&header.NAME=V&query.NAME=V&cookie.NAME=V: for each of the
+// route's limits, the keys a request with those attributes uses and what the store
+// holds for them (remaining, reset, whether the next request is denied), read through
+// `inspector` (null: 503) without consuming or writing anything. The configuration is
+// status.current_config() at each call. README, "Admin listener", shows an answer.
+boost::asio::awaitable<reply> limits(const status_source& status, limit::inspector* inspector,
+                                     boost::urls::url_view url);
+
+}  // namespace fg::admin

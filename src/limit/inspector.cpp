@@ -1,0 +1,96 @@
+#include "limit/inspector.hpp"
+
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <hiredis/hiredis.h>
+
+#include <algorithm>
+
+#include "limit/memory_store.hpp"
+#include "limit/redis_store.hpp"
+#include "limit/script.hpp"
+#include "redis/connection.hpp"
+
+namespace fg::limit {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+
+namespace {
+
+// A connection just made (at start, or for a changed redis section) has this long to
+// connect before a peek is answered "not connected"; an older one answers at once.
+constexpr std::chrono::milliseconds connect_grace{1000};
+
+bool same_endpoints(const std::vector<config::endpoint>& a, const std::vector<config::endpoint>& b) {
+  return std::ranges::equal(a, b, [](const auto& x, const auto& y) { return x.host == y.host && x.port == y.port; });
+}
+
+// Whether a connection made for `a` serves `b` (the key prefix is not the connection's).
+bool same_server(const config::redis_config& a, const config::redis_config& b) {
+  return a.mode == b.mode && same_endpoints(a.addresses, b.addresses) && a.master_name == b.master_name &&
+         a.username == b.username && a.password == b.password && a.database == b.database && a.timeout == b.timeout;
+}
+
+}  // namespace
+
+store_inspector::store_inspector(asio::any_io_executor ex, memory_store& memory, const config::config& initial)
+    : ex_(std::move(ex)), memory_(memory) {
+  // Started with the admin listener, so that the first /limits finds it connected.
+  if (initial.store == config::store_kind::redis) connection_for(initial.redis);
+}
+
+store_inspector::~store_inspector() {
+  if (conn_) conn_->stop();
+}
+
+std::shared_ptr<redis::connection> store_inspector::connection_for(const config::redis_config& rc) {
+  if (conn_ && same_server(redis_cfg_, rc)) return conn_;
+  if (conn_) conn_->stop();
+  redis_cfg_ = rc;
+  conn_ = std::make_shared<redis::connection>(ex_, rc, limiter_script);
+  conn_made_ = std::chrono::steady_clock::now();
+  // On the executor's thread, as everything the connection does.
+  asio::post(ex_, [c = conn_] { c->start(); });
+  return conn_;
+}
+
+asio::awaitable<error_code> store_inspector::peek(const config::config& cfg, std::span<const check> checks,
+                                                  std::span<decision> out) {
+  if (checks.empty()) co_return error_code{};
+  if (cfg.store == config::store_kind::redis) co_return co_await peek_redis(cfg, checks, out);
+  memory_.peek(checks, out, memory_store::now_ms());
+  co_return error_code{};
+}
+
+asio::awaitable<error_code> store_inspector::peek_redis(const config::config& cfg, std::span<const check> checks,
+                                                        std::span<decision> out) {
+  auto conn = connection_for(cfg.redis);
+  const auto grace_end = conn_made_ + connect_grace;
+  while (!conn->connected() && std::chrono::steady_clock::now() < grace_end) {
+    asio::steady_timer t(ex_, std::chrono::milliseconds(10));
+    co_await t.async_wait(asio::use_awaitable);
+  }
+  script_call call;
+  // The nonce names no entry in a dry run; the script only wants one where it would.
+  const auto slot = call.add(checks, "inspect");
+  auto [argc, args] = call.finish(true);
+  error_code ec;
+  // The connection's completion runs in hiredis' callback: the decisions are read there
+  // (the reply lives only then) and the coroutine resumes from a post.
+  auto init = [&](auto handler) {
+    auto h = std::make_shared<decltype(handler)>(std::move(handler));
+    conn->eval(argc, std::move(args), [&, h, ex = ex_](error_code e, const redisReply* r) {
+      if (!e && !call.read(r)) e = redis::make_error_code(redis::errc::protocol);
+      if (!e) call.decisions(slot, checks, out);
+      ec = e;
+      asio::post(ex, [h]() mutable { std::move (*h)(); });
+    });
+  };
+  co_await asio::async_initiate<decltype(asio::use_awaitable), void()>(init, asio::use_awaitable);
+  co_return ec;
+}
+
+}  // namespace fg::limit

@@ -1,0 +1,59 @@
+#pragma once
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <chrono>
+#include <memory>
+#include <span>
+
+#include "config/config.hpp"
+#include "limit/decision.hpp"
+
+namespace fg::redis { class connection; }
+
+namespace fg::limit {
+
+class memory_store;
+
+// What the store would answer a request's checks now, read without consuming or writing
+// anything: the admin's /limits ("why is this client getting 429s?").
+class inspector {
+ public:
+  virtual ~inspector() = default;
+  // `out` (one per check) gets the decisions the next request with these checks would
+  // get, evaluated together as the store does; an error when the store cannot answer.
+  // `cfg` (which `checks` point into) names the store.
+  virtual boost::asio::awaitable<boost::system::error_code> peek(const config::config& cfg,
+                                                                 std::span<const check> checks,
+                                                                 std::span<decision> out) = 0;
+};
+
+// The store that `cfg.store` names at each call (a reload may change it): the memory
+// store's peek, or the limiter script as a dry run on a Redis connection of its own on
+// `ex` (never a worker's), remade when the redis section changes. Not thread-safe: on
+// `ex`'s thread only, which must run for the connection to live.
+class store_inspector final : public inspector {
+ public:
+  store_inspector(boost::asio::any_io_executor ex, memory_store& memory, const config::config& initial);
+  ~store_inspector() override;
+  store_inspector(const store_inspector&) = delete;
+  store_inspector& operator=(const store_inspector&) = delete;
+
+  boost::asio::awaitable<boost::system::error_code> peek(const config::config& cfg, std::span<const check> checks,
+                                                         std::span<decision> out) override;
+
+ private:
+  std::shared_ptr<redis::connection> connection_for(const config::redis_config& rc);
+  boost::asio::awaitable<boost::system::error_code> peek_redis(const config::config& cfg,
+                                                               std::span<const check> checks,
+                                                               std::span<decision> out);
+
+  boost::asio::any_io_executor ex_;
+  memory_store& memory_;
+  config::redis_config redis_cfg_;
+  std::shared_ptr<redis::connection> conn_;
+  std::chrono::steady_clock::time_point conn_made_;
+};
+
+}  // namespace fg::limit
