@@ -11,5 +11,8 @@ esac
 if [ ! -f "$dir/build.ninja" ]; then
   cmake -S . -B "$dir" -G Ninja "${flags[@]}" >/dev/null
 fi
+# ccache skips every file compiled with a precompiled header unless told which checks
+# to relax (its manual, "Precompiled headers"): without this it caches nothing here.
+export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
 jobs="${FG_JOBS:-$(nproc)}"
 ninja -C "$dir" -j"$jobs" "$@"

@@ -1,19 +1,27 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages floodgate needs, only those missing.
-# Usage: scripts/deps.sh build|test|bench
+# Usage: scripts/deps.sh build|test|bench|runtime
+# (runtime: only the shared libraries the release binary links, for the image's last stage)
 set -euo pipefail
 build_pkgs=(g++ cmake ninja-build pkg-config ccache libboost1.81-dev libboost-system1.81-dev
             libboost-program-options1.81-dev libboost-url1.81-dev libboost-json1.81-dev libyaml-cpp-dev libspdlog-dev
             libhiredis-dev libssl-dev prometheus-cpp-dev libjemalloc-dev liburing-dev catch2 curl)
-test_pkgs=(redis-server python3 python3-pytest faketime)
+# What `ldd build/src/floodgate` needs, by Debian package (libc6, libgcc-s1 and
+# libstdc++6 are in every Debian system already).
+runtime_pkgs=(libboost-program-options1.81.0 libboost-url1.81.0 libboost-json1.81.0 libyaml-cpp0.7 libspdlog1.10
+              libfmt9 libhiredis0.14 libssl3 libprometheus-cpp-core1.0 libjemalloc2 liburing2)
+# buildah, debootstrap and iproute2: the image test (tests/docker/test_image.sh) builds and runs
+# the Dockerfile's image without a Docker engine; python3-yaml reads docker/'s files.
+test_pkgs=(redis-server python3 python3-pytest python3-yaml faketime buildah debootstrap iproute2)
 bench_pkgs=(nginx-light wrk util-linux procps)
 
 want=("${build_pkgs[@]}")
 case "${1:-build}" in
   build) ;;
+  runtime) want=("${runtime_pkgs[@]}") ;;
   test) want+=("${test_pkgs[@]}") ;;
   bench) want+=("${test_pkgs[@]}" "${bench_pkgs[@]}") ;;
-  *) echo "usage: $0 build|test|bench" >&2; exit 2 ;;
+  *) echo "usage: $0 build|test|bench|runtime" >&2; exit 2 ;;
 esac
 
 missing=()

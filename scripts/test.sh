@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds (release and ASan+UBSan), runs every test:
 # unit tests and integration tests (the real binary against real upstreams and
-# redis-server processes that the tests start on free ports).
+# redis-server processes that the tests start on free ports), and the image: the
+# Dockerfile built and run with buildah (as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh test
@@ -11,6 +12,9 @@ echo "== release build"
 scripts/build.sh release
 echo "== release: unit + integration tests"
 ctest --test-dir build --output-on-failure -j1
+
+echo "== image: the Dockerfile built with buildah and run (tests/docker/test_image.sh)"
+tests/docker/test_image.sh
 
 echo "== sanitizer build (address,undefined)"
 scripts/build.sh asan

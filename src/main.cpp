@@ -3,6 +3,7 @@
 
 #include <iostream>
 
+#include "admin/health_check.hpp"
 #include "app/server.hpp"
 #include "config/loader.hpp"
 #include "fg_version.hpp"
@@ -19,9 +20,11 @@ __attribute__((used)) const char* malloc_conf = "background_thread:true,dirty_de
 }
 
 int main(int argc, char** argv) {
-  po::options_description opts("floodgate — a rate-limiting HTTP reverse proxy\n\nUsage: floodgate [--check] --config FILE\n\nOptions");
+  po::options_description opts("floodgate — a rate-limiting HTTP reverse proxy\n\nUsage: floodgate [--check] --config FILE\n       floodgate --health-check URL\n\nOptions");
   opts.add_options()
       ("config,c", po::value<std::string>()->default_value("config/floodgate.yaml"), "configuration file")
+      ("health-check", po::value<std::string>()->value_name("URL"),
+       "GET URL (http://host:port/path, 3 s at most) and exit: 0 on a 2xx answer, 1 otherwise (the image's HEALTHCHECK)")
       ("check", "validate the configuration and exit (0: valid, 1: errors printed as FILE:LINE:COL: message)")
       ("version,v", "print the version and exit")
       ("help,h", "print this help and exit");
@@ -41,6 +44,7 @@ int main(int argc, char** argv) {
     std::cout << "floodgate " << FG_VERSION << "\n";
     return 0;
   }
+  if (vm.count("health-check")) return fg::admin::run_health_check(vm["health-check"].as<std::string>());
   auto path = vm["config"].as<std::string>();
   auto loaded = fg::config::load_file(path);
   if (!loaded.ok()) {

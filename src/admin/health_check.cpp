@@ -1,0 +1,129 @@
+#include "admin/health_check.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+#include <boost/url/parse.hpp>
+
+#include <iostream>
+
+namespace fg::admin {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using asio::ip::tcp;
+
+namespace {
+
+boost::system::result<health_url, std::string> fail(const char* why) { return {boost::system::in_place_error, why}; }
+
+}  // namespace
+
+boost::system::result<health_url, std::string> parse_health_url(std::string_view text) {
+  auto parsed = boost::urls::parse_uri(text);
+  if (!parsed) return fail("not a URL (want http://host:port/path)");
+  const auto& u = *parsed;
+  if (u.scheme_id() != boost::urls::scheme::http) return fail("only http:// URLs are checked");
+  if (u.has_userinfo()) return fail("a URL with user info is not checked");
+  if (u.has_fragment()) return fail("a URL with a fragment is not checked");
+  if (u.encoded_host().empty()) return fail("the URL has no host");
+  health_url out;
+  switch (u.host_type()) {
+    case boost::urls::host_type::ipv6: out.host = u.host_ipv6_address().to_string(); break;
+    case boost::urls::host_type::ipv4: out.host = u.host_ipv4_address().to_string(); break;
+    case boost::urls::host_type::name: out.host = u.host(); break;
+    default: return fail("the URL's host is not a name or an address");
+  }
+  if (u.has_port()) {
+    if (u.port().empty() || u.port_number() == 0) return fail("the URL's port is not 1..65535");
+    out.port = u.port();
+  } else {
+    out.port = "80";
+  }
+  out.target = u.encoded_path().empty() ? "/" : std::string(u.encoded_path());
+  if (u.has_query()) out.target += "?" + std::string(u.encoded_query());
+  out.authority = u.encoded_host_and_port();
+  return out;
+}
+
+namespace {
+
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+
+asio::awaitable<health_answer> get(const health_url& url, asio::steady_timer::time_point deadline) {
+  auto ex = co_await asio::this_coro::executor;
+  tcp::resolver resolver(ex);
+  auto [rec, endpoints] = co_await resolver.async_resolve(url.host, url.port, use_tuple);
+  if (rec) co_return health_answer{false, "cannot resolve " + url.host + ": " + rec.message()};
+  beast::tcp_stream stream(ex);
+  stream.expires_at(deadline);
+  auto [cec, ep] = co_await stream.async_connect(endpoints, use_tuple);
+  if (cec) co_return health_answer{false, "cannot connect to " + url.authority + ": " + cec.message()};
+
+  http::request<http::empty_body> req{http::verb::get, url.target, 11};
+  req.set(http::field::host, url.authority);
+  req.set(http::field::user_agent, "floodgate-health-check");
+  req.set(http::field::connection, "close");
+  auto [wec, wn] = co_await http::async_write(stream, req, use_tuple);
+  if (wec) co_return health_answer{false, "cannot send the request: " + wec.message()};
+
+  beast::flat_buffer buf;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(64 * 1024);
+  auto [ec, rn] = co_await http::async_read(stream, buf, parser, use_tuple);
+  // A 503 whose body did not arrive whole is still a 503.
+  if (ec && !parser.is_header_done()) co_return health_answer{false, "no HTTP answer: " + ec.message()};
+  const auto& res = parser.get();
+  const unsigned status = res.result_int();
+  std::string line = std::to_string(status) + " " + std::string(res.reason());
+  // /readyz says why it is not ready in its body: keep its first line.
+  std::string_view body = res.body();
+  body = body.substr(0, std::min<std::size_t>(body.find('\n'), 300));
+  if (!body.empty()) line += ": " + std::string(body);
+  co_return health_answer{status >= 200 && status < 300, line};
+}
+
+}  // namespace
+
+health_answer check_health(const health_url& url, std::chrono::milliseconds timeout) {
+  asio::io_context ioc;
+  const auto deadline = asio::steady_timer::clock_type::now() + timeout;
+  std::optional<health_answer> answer;
+  auto done = [&answer](std::exception_ptr e, health_answer a) {
+    if (e) a = health_answer{false, "the check failed"};
+    answer = std::move(a);
+  };
+  asio::co_spawn(ioc, get(url, deadline), done);
+  // The socket's own deadline ends a connect or read; this also bounds name resolution.
+  ioc.run_until(deadline);
+  if (!answer)
+    return health_answer{false, "no answer within " + std::to_string(timeout.count()) + " ms"};
+  return *answer;
+}
+
+int run_health_check(std::string_view text, std::chrono::milliseconds timeout) {
+  auto url = parse_health_url(text);
+  if (!url) {
+    std::cerr << "floodgate: --health-check " << text << ": " << url.error() << "\n";
+    return 1;
+  }
+  auto answer = check_health(*url, timeout);
+  if (!answer.healthy) {
+    std::cerr << "floodgate: " << text << ": unhealthy: " << answer.line << "\n";
+    return 1;
+  }
+  std::cout << text << ": " << answer.line << "\n";
+  return 0;
+}
+
+}  // namespace fg::admin
