@@ -242,3 +242,32 @@ def test_changing_the_store_reconnects(gateway_factory, redis_server):
     assert wait_until(lambda: admin_get(g, "/readyz").status == 200)
     assert statuses(g, 4) == [200, 200, 200, 429]
     assert redis_server.keys("fgtest:*")
+
+
+def test_a_new_redis_address_reconnects_and_the_old_server_is_let_go(gateway_factory, redis_server, tmp_path):
+    from conftest import RedisServer
+    d = tmp_path / "redis-b"
+    d.mkdir()
+    other = RedisServer(d)
+    try:
+        g = with_admin(lambda extra: gateway_factory(store="redis", redis=redis_server.address, routes=limited(3),
+                                                     extra=extra, workers=2))
+        assert wait_until(lambda: admin_get(g, "/readyz").status == 200)
+        assert statuses(g, 2) == [200, 200]
+        assert len(redis_server.keys("fgtest:*")) == 1
+        text = g.config.read_text().replace(redis_server.address, other.address)
+        g.config.write_text(text.replace("        limit: 3", "        limit: 4"))
+        r = post_reload(g)
+        assert r.status == 200, r.body
+        # Answered once the workers use the new server: counted there, from zero.
+        assert statuses(g, 5) == [200, 200, 200, 200, 429]
+        assert len(other.keys("fgtest:*")) == 1
+        assert admin_get(g, "/readyz").status == 200
+        # The workers' connections to the old server close a second after their last
+        # request (left: the admin's /limits connection, and redis-cli's own).
+        def clients(server):
+            return int([line for line in server.cli("info", "clients").splitlines()
+                        if line.startswith("connected_clients:")][0].split(":")[1])
+        assert wait_until(lambda: clients(redis_server) <= 2, timeout=4), clients(redis_server)
+    finally:
+        other.stop()
