@@ -236,8 +236,8 @@ asio::awaitable<session::outcome> session::forward() {
     error_code ec;
     auto at = stage::connect;
     // (GCC 12: no co_await inside a conditional expression.)
-    if (st.first) up = ctx_.pool->take_idle(up_cfg.name, *watch_);
-    if (!up) up = co_await ctx_.pool->connect(up_cfg.name, *watch_, ec);
+    if (st.first) up = ctx_.pool->take_idle(up_cfg, *watch_);
+    if (!up) up = co_await ctx_.pool->connect(up_cfg, *watch_, ec);
     if (up) {
       // Head and first body piece in one write.
       at = stage::send;

@@ -66,9 +66,10 @@ bool still_usable(connection& c, std::chrono::steady_clock::time_point now) {
 
 }  // namespace
 
-connection_ptr pool::take_idle(std::string_view upstream, deadline::entry& watch) {
-  auto* s = find(upstream);
-  if (!s) return nullptr;
+connection_ptr pool::take_idle(const config::upstream_config& upstream, deadline::entry& watch) {
+  auto* s = find(upstream.name);
+  // (an upstream a reload removed or moved has no idle connections for this request)
+  if (!s || s->cfg.address.str() != upstream.address.str()) return nullptr;
   auto now = deadline::coarse_now;
   while (!s->idle.empty()) {
     auto c = std::move(s->idle.back());
@@ -83,18 +84,22 @@ connection_ptr pool::take_idle(std::string_view upstream, deadline::entry& watch
   return nullptr;
 }
 
-asio::awaitable<connection_ptr> pool::connect(std::string_view upstream, deadline::entry& watch,
+asio::awaitable<connection_ptr> pool::connect(const config::upstream_config& want, deadline::entry& watch,
                                               boost::system::error_code& ec) {
-  auto* s = find(upstream);
-  if (!s) {
-    ec = asio::error::not_found;
-    co_return nullptr;
-  }
-  const std::string name(upstream);  // the caller's view may not outlive a reload
-  auto cfg = s->cfg;
+  // The pool's slot for this upstream, if it is still the one the request was routed
+  // to: a reload may have removed it or moved its address meanwhile, and a request
+  // that started before the reload still goes where its configuration says (unpooled).
+  const std::string name = want.name;  // the caller's config may not outlive a reload
+  const auto cfg = want;
+  auto same = [&](slot* s) { return s && s->cfg.address.str() == cfg.address.str(); };
+  auto* s = find(name);
+  if (!same(s)) s = nullptr;
   auto now = std::chrono::steady_clock::now();
   watch.arm(cfg.connect_timeout);
-  if (s->endpoints.empty() || now - s->resolved_at > std::chrono::seconds(30)) {
+  std::vector<tcp::endpoint> eps;
+  if (s && !s->endpoints.empty() && now - s->resolved_at <= std::chrono::seconds(30)) {
+    eps = s->endpoints;
+  } else {
     tcp::resolver resolver(ex_);
     auto port = std::to_string(cfg.address.port);
     auto [rec, results] = co_await resolver.async_resolve(cfg.address.host, port, tcp::resolver::numeric_service, use_tuple);
@@ -102,29 +107,27 @@ asio::awaitable<connection_ptr> pool::connect(std::string_view upstream, deadlin
       ec = rec;
       co_return nullptr;
     }
-    std::vector<tcp::endpoint> eps;
     for (const auto& r : results) eps.push_back(r.endpoint());
     // The slot may have gone (or changed) with a reload during the resolve.
-    if (s = find(name); s && s->cfg.address.str() == cfg.address.str()) {
+    if (s = find(name); same(s)) {
       s->endpoints = eps;
       s->resolved_at = now;
     }
   }
-  s = find(name);
-  if (!s || s->endpoints.empty()) {
+  if (eps.empty()) {
     ec = asio::error::not_found;
     co_return nullptr;
   }
-  auto eps = s->endpoints;
   auto c = std::make_unique<connection>(ex_);
-  c->address_id = s->address_id;
+  s = find(name);
+  c->address_id = same(s) ? s->address_id : 0;  // 0: never taken back into the pool
   watch.upstream = &c->socket;
   auto [cec, ep] = co_await asio::async_connect(c->socket, eps, use_tuple);
   if (cec) {
     watch.upstream = nullptr;
     ec = watch.expired ? boost::system::error_code(asio::error::timed_out) : cec;
     // Resolve again next time: the address may have moved.
-    if (s = find(name); s) s->resolved_at = {};
+    if (s = find(name); same(s)) s->resolved_at = {};
     co_return nullptr;
   }
   c->socket.set_option(tcp::no_delay(true), cec);

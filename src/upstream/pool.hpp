@@ -42,9 +42,11 @@ class pool {
   void configure(const std::vector<config::upstream_config>& upstreams);
 
   // An idle connection if one is alive, else null (then connect()).
-  connection_ptr take_idle(std::string_view upstream, deadline::entry& watch);
-  // A fresh connection, never from the idle list (connect_timeout applies).
-  boost::asio::awaitable<connection_ptr> connect(std::string_view upstream, deadline::entry& watch,
+  connection_ptr take_idle(const config::upstream_config& upstream, deadline::entry& watch);
+  // A fresh connection to `upstream` as the request's configuration has it, never from
+  // the idle list (connect_timeout applies). After a reload that removed the upstream
+  // or moved its address, still there (such a connection is never pooled).
+  boost::asio::awaitable<connection_ptr> connect(const config::upstream_config& upstream, deadline::entry& watch,
                                                  boost::system::error_code& ec);
   // Return a connection whose last exchange completed cleanly.
   void release(std::string_view upstream, connection_ptr c);

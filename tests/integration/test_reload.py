@@ -271,3 +271,43 @@ def test_a_new_redis_address_reconnects_and_the_old_server_is_let_go(gateway_fac
         assert wait_until(lambda: clients(redis_server) <= 2, timeout=4), clients(redis_server)
     finally:
         other.stop()
+
+
+def test_an_upstream_moved_by_a_reload_gets_the_next_requests(gateway_factory, upstream):
+    from conftest import Upstream
+    other = Upstream()
+    try:
+        g = start(gateway_factory)
+        upstream.reset()
+        assert statuses(g, 2, path="/echo") == [200, 200]
+        assert upstream.stats()["requests"] == 2
+        g.config.write_text(g.config.read_text().replace(upstream.address, other.address))
+        assert post_reload(g).status == 200
+        # The idle connection to the old address is not taken again.
+        assert statuses(g, 3, path="/echo") == [200, 200, 200]
+        assert upstream.stats()["requests"] == 2
+        assert other.stats()["requests"] == 3 and other.stats()["connections"] == 1
+    finally:
+        other.stop()
+
+
+def test_a_request_in_flight_reaches_an_upstream_the_reload_removed(gateway_factory, upstream, redis_server):
+    # The request waits on Redis for its limits (paused) while a reload renames the
+    # upstream: it still goes where its configuration said, not to a 502.
+    g = with_admin(lambda extra: gateway_factory(store="redis", redis=redis_server.address, routes=limited(100),
+                                                 extra=extra))
+    assert wait_until(lambda: admin_get(g, "/readyz").status == 200)
+    assert statuses(g, 1, path="/limited/echo") == [200]
+    text = g.config.read_text()
+    renamed = text.replace("upstreams:\n  api:", "upstreams:\n  api2:").replace("upstream: api\n", "upstream: api2\n")
+    assert renamed != text
+    got = []
+    with g.connect() as s:
+        redis_server.cli("client", "pause", "150", "all")
+        s.sendall(get("/limited/echo"))
+        time.sleep(0.03)
+        g.config.write_text(renamed)
+        assert post_reload(g).status == 200
+        got.append(read_response(s).status)
+    assert got == [200]
+    assert statuses(g, 1, path="/limited/echo") == [200]
