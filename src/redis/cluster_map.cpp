@@ -9,6 +9,16 @@ namespace {
 
 using parsed = boost::system::result<cluster_map, std::string>;
 
+// The "ip" of a node's metadata (Redis 7: [key, value, ...] after host, port and id).
+std::optional<std::string> metadata_ip(const reply& node) {
+  if (node.elements.size() < 4 || node.elements[3].type != reply::kind::array) return std::nullopt;
+  const auto& meta = node.elements[3].elements;
+  for (std::size_t i = 0; i + 1 < meta.size(); i += 2)
+    if (meta[i].str == "ip" && meta[i + 1].type == reply::kind::string && !meta[i + 1].str.empty())
+      return meta[i + 1].str;
+  return std::nullopt;
+}
+
 boost::system::result<cluster_node, std::string> read_node(const reply& r, const config::endpoint& asked) {
   // [host, port, id, metadata...]: the id since 4.0, the metadata (hostname) since 7.0.
   if (r.type != reply::kind::array || r.elements.size() < 2) return {boost::system::in_place_error, "a node is not [host, port, ...]"};
@@ -19,7 +29,10 @@ boost::system::result<cluster_node, std::string> read_node(const reply& r, const
   if (port.type != reply::kind::integer || port.integer <= 0 || port.integer > 65535)
     return {boost::system::in_place_error, "a node's port is not in 1..65535"};
   cluster_node n;
-  n.address.host = host.str.empty() || host.str == "?" ? asked.host : host.str;
+  n.address.host = host.str;
+  // No preferred endpoint (unknown-endpoint, or a hostname not known yet): Redis 7 names
+  // the IP in the node's metadata when it can; else it is the node asked (a lone node).
+  if (n.address.host.empty() || n.address.host == "?") n.address.host = metadata_ip(r).value_or(asked.host);
   n.address.port = static_cast<std::uint16_t>(port.integer);
   if (r.elements.size() > 2 && r.elements[2].type == reply::kind::string) n.id = r.elements[2].str;
   return n;
@@ -108,7 +121,9 @@ std::optional<config::endpoint> read_address(std::string_view s, const config::e
   auto host = s.substr(0, colon);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   if (host.find_first_of("[] ") != std::string_view::npos) return std::nullopt;
-  return config::endpoint{host.empty() ? asked.host : std::string(host), *port};
+  // Empty: Redis 7's unknown endpoint; "?": a preferred hostname the node does not know.
+  if (host.empty() || host == "?") host = asked.host;
+  return config::endpoint{std::string(host), *port};
 }
 
 }  // namespace

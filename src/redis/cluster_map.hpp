@@ -34,8 +34,9 @@ struct slot_range {
 // command. Slots no range names (a cluster being set up, or failing) have no master.
 class cluster_map {
  public:
-  // `asked` is the node the reply came from: a node that does not know its own address
-  // (an empty host, "?" or nil, as Redis 7 sends for an unknown endpoint) is that one.
+  // `asked` is the node the reply came from. A node without an address (an empty host,
+  // "?" or nil: Redis 7's unknown endpoint, or a preferred hostname not known) is at the
+  // "ip" of its metadata when Redis gives one, else it is `asked` (a node alone).
   // Anything but a well-formed answer (an error reply, a bad range or node, overlapping
   // ranges) is an error saying what was wrong.
   static boost::system::result<cluster_map, std::string> parse(const reply& r, const config::endpoint& asked);
@@ -72,8 +73,9 @@ struct redirect {
 
 // Reads "MOVED <slot> <host>:<port>" or "ASK <slot> <host>:<port>" (an error reply's
 // text). The host may be an IPv6 address, bare ("::1:7000", as Redis writes it) or in
-// brackets ("[::1]:7000"); an empty host (":7000", Redis 7's unknown endpoint) means
-// `asked`'s host. Any other text, or a malformed redirection: nullopt.
+// brackets ("[::1]:7000"); an empty host (":7000", Redis 7's unknown endpoint) or "?"
+// ("?:7000", a preferred hostname the node does not know) means `asked`'s host: a guess
+// that a refresh of the map corrects. Any other text, or a malformed redirection: nullopt.
 std::optional<redirect> parse_redirect(std::string_view error, const config::endpoint& asked);
 
 // What a cluster error reply asks of the client.

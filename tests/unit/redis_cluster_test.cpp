@@ -168,6 +168,18 @@ TEST_CASE("cluster_map: a node that does not know its address is the one asked",
   CHECK(map->ranges()[2].replicas[0].address.str() == "[::1]:7004");
 }
 
+TEST_CASE("cluster_map: without a preferred endpoint, the metadata's ip", "[redis]") {
+  // cluster-preferred-endpoint-type unknown-endpoint (Redis 7.0.15): "" and the IP beside it.
+  auto unknown = "*4\r\n" + bulk("") + num(7001) + bulk("a1") + "*2\r\n" + bulk("ip") + bulk("::1");
+  auto no_name = "*4\r\n" + bulk("?") + num(7002) + bulk("a2") + "*4\r\n" + bulk("ip") + bulk("10.1.1.2") +
+                 bulk("hostname") + bulk("");
+  auto text = "*2\r\n" + range(0, 99, unknown, 1) + range(100, 199, no_name, 1);
+  auto map = cluster_map::parse(resp(text), asked);
+  REQUIRE(map.has_value());
+  CHECK(map->master_for(0)->address == endpoint{"::1", 7001});
+  CHECK(map->master_for(100)->address == endpoint{"10.1.1.2", 7002});
+}
+
 TEST_CASE("cluster_map: Redis 7 metadata and a hostname are accepted, the IP used", "[redis]") {
   auto meta = "*5\r\n" + bulk("127.0.0.1") + num(7000) + bulk("a0") + "*2\r\n" + bulk("hostname") + bulk("n0") +
               bulk("extra");
@@ -226,6 +238,10 @@ TEST_CASE("parse_redirect: MOVED and ASK, IPv4, IPv6 bare and bracketed, host-le
   // Host-less (Redis 7's unknown endpoint): the host asked, the port given.
   CHECK(parse_redirect("MOVED 3999 :7002", asked) == redirect{kind::moved, 3999, {"10.0.0.9", 7002}});
   CHECK(parse_redirect("ASK 3999 []:7002", asked) == redirect{kind::ask, 3999, {"10.0.0.9", 7002}});
+  // Redis 7.0.15's own texts: bound to ::1; unknown-endpoint; hostname preferred, not known.
+  CHECK(parse_redirect("MOVED 12182 ::1:56671", asked) == redirect{kind::moved, 12182, {"::1", 56671}});
+  CHECK(parse_redirect("MOVED 12182 :56671", asked) == redirect{kind::moved, 12182, {"10.0.0.9", 56671}});
+  CHECK(parse_redirect("MOVED 12182 ?:56671", asked) == redirect{kind::moved, 12182, {"10.0.0.9", 56671}});
 }
 
 TEST_CASE("parse_redirect: anything else is no redirection", "[redis]") {
