@@ -410,19 +410,6 @@ def redis_server(tmp_path):
     r.stop()
 
 
-def _die_with_parent():
-    """Popen's preexec_fn: the child gets SIGKILL when pytest dies (a crash, a SIGKILL of
-    the run) before its teardown could stop it, so no Redis outlives the run."""
-    _LIBC.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-try:
-    import ctypes
-    _LIBC = ctypes.CDLL("libc.so.6", use_errno=True)
-except OSError:  # not glibc: teardown alone stops the processes
-    _LIBC = None
-
-
 def _wait_until(what, check, deadline_s):
     """Polls check() until it returns something true (returned), or raises TimeoutError
     naming `what` and the last value check() gave."""
@@ -443,24 +430,22 @@ def _kill(server):
     server.proc.wait()
 
 
-class OwnedRedisServer(RedisServer):
-    """A RedisServer that dies with pytest (for the fixtures of many processes), and
-    whose replicas sync at once: Redis 7 waits repl-diskless-sync-delay (5 s) before
-    streaming a snapshot, in case more replicas come."""
+class SyncingRedisServer(RedisServer):
+    """A RedisServer whose replicas sync at once: Redis 7 waits repl-diskless-sync-delay
+    (5 s) before streaming a snapshot, in case more replicas come."""
 
     def _spawn(self):
         return subprocess.Popen(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
                                  "--appendonly", "no", "--dir", str(self.dir), "--repl-diskless-sync-delay", "0",
                                  *self.extra],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                preexec_fn=_die_with_parent if _LIBC else None)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     @property
     def alive(self):
         return self.proc.poll() is None
 
 
-class ClusterNode(OwnedRedisServer):
+class ClusterNode(SyncingRedisServer):
     """A redis-server with --cluster-enabled, its bus on a free port of its own
     (cluster-port, Redis 7) rather than port + 10000, which may be taken or past 65535."""
 
@@ -635,7 +620,7 @@ def redis_cluster(tmp_path):
         c.stop()
 
 
-class SentinelProcess(OwnedRedisServer):
+class SentinelProcess(SyncingRedisServer):
     """One redis-sentinel on a free port, its config file its own (Sentinel rewrites it)."""
 
     def __init__(self, tmp_path, master_port, quorum, down_after_ms, failover_timeout_ms):
@@ -650,8 +635,7 @@ class SentinelProcess(OwnedRedisServer):
                         f"sentinel down-after-milliseconds mymaster {down_after_ms}\n"
                         f"sentinel failover-timeout mymaster {failover_timeout_ms}\n"
                         "sentinel parallel-syncs mymaster 1\n")
-        return subprocess.Popen(["redis-sentinel", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                preexec_fn=_die_with_parent if _LIBC else None)
+        return subprocess.Popen(["redis-sentinel", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 class RedisSentinel:
@@ -672,7 +656,7 @@ class RedisSentinel:
                 d = tmp_path / role
                 d.mkdir(parents=True)
                 extra = () if role == "master" else ("--replicaof", "127.0.0.1", str(self.servers[0].port))
-                self.servers.append(OwnedRedisServer(d, extra=extra))
+                self.servers.append(SyncingRedisServer(d, extra=extra))
             _wait_until("replica in sync", lambda: "master_link_status:up" in
                         self.servers[1].cli("info", "replication"), 15)
             for i in range(sentinels):
