@@ -11,8 +11,9 @@ build_pkgs=(g++ cmake ninja-build pkg-config ccache libboost1.81-dev libboost-sy
 runtime_pkgs=(libboost-program-options1.81.0 libboost-url1.81.0 libboost-json1.81.0 libyaml-cpp0.7 libspdlog1.10
               libfmt9 libhiredis0.14 libssl3 libprometheus-cpp-core1.0 libjemalloc2 liburing2)
 # buildah, debootstrap and iproute2: the image test (tests/docker/test_image.sh) builds and runs
-# the Dockerfile's image without a Docker engine; python3-yaml reads docker/'s files.
-test_pkgs=(redis-server python3 python3-pytest python3-yaml faketime buildah debootstrap iproute2)
+# the Dockerfile's image without a Docker engine; python3-yaml reads docker/'s files;
+# redis-sentinel for the Sentinel fixture (tests/integration/conftest.py, RedisSentinel).
+test_pkgs=(redis-server redis-sentinel python3 python3-pytest python3-yaml faketime buildah debootstrap iproute2)
 bench_pkgs=(nginx-light wrk util-linux procps)
 
 want=("${build_pkgs[@]}")
@@ -35,7 +36,9 @@ if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-# The packaged redis-server starts a system instance; tests run their own.
-if printf '%s\n' "${missing[@]}" | grep -qx redis-server; then
-  (systemctl disable --now redis-server 2>/dev/null || service redis-server stop 2>/dev/null || true) >/dev/null
-fi
+# The packaged redis-server and redis-sentinel start system instances; tests run their own.
+for svc in redis-server redis-sentinel; do
+  if printf '%s\n' "${missing[@]}" | grep -qx "$svc"; then
+    (systemctl disable --now "$svc" 2>/dev/null || service "$svc" stop 2>/dev/null || true) >/dev/null
+  fi
+done

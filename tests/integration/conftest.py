@@ -1,6 +1,7 @@
 """Fixtures for integration tests: the real floodgate binary, a real upstream process."""
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -335,9 +336,7 @@ class RedisServer:
     def start(self):
         """Starts redis-server on self.port: True once it answers as this process
         (the port answering is not enough: it may be another's), False if it exited."""
-        self.proc = subprocess.Popen(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                                      "--appendonly", "no", "--dir", str(self.dir), *self.extra],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = self._spawn()
         try:
             wait_for_port(self.port, proc=self.proc)
         except RuntimeError:
@@ -355,6 +354,11 @@ class RedisServer:
                 return True
             time.sleep(0.02)
         raise TimeoutError(f"redis-server on port {self.port} never answered as process {self.proc.pid}")
+
+    def _spawn(self):
+        return subprocess.Popen(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                                 "--appendonly", "no", "--dir", str(self.dir), *self.extra],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     @property
     def address(self):
@@ -404,3 +408,318 @@ def redis_server(tmp_path):
         for k in r.keys("fgtest:*"):
             assert int(r.cli("pttl", k)) != -1, k
     r.stop()
+
+
+def _wait_until(what, check, deadline_s):
+    """Polls check() until it returns something true (returned), or raises TimeoutError
+    naming `what` and the last value check() gave."""
+    end = time.monotonic() + deadline_s
+    last = None
+    while True:
+        last = check()
+        if last:
+            return last
+        if time.monotonic() > end:
+            raise TimeoutError(f"{what}: not after {deadline_s}s (last: {last!r})")
+        time.sleep(0.05)
+
+
+def _kill(server):
+    if server.proc.poll() is None:
+        server.proc.kill()
+    server.proc.wait()
+
+
+class SyncingRedisServer(RedisServer):
+    """A RedisServer whose replicas sync at once: Redis 7 waits repl-diskless-sync-delay
+    (5 s) before streaming a snapshot, in case more replicas come."""
+
+    def _spawn(self):
+        return subprocess.Popen(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                                 "--appendonly", "no", "--dir", str(self.dir), "--repl-diskless-sync-delay", "0",
+                                 *self.extra],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    @property
+    def alive(self):
+        return self.proc.poll() is None
+
+
+class ClusterNode(SyncingRedisServer):
+    """A redis-server with --cluster-enabled, its bus on a free port of its own
+    (cluster-port, Redis 7) rather than port + 10000, which may be taken or past 65535."""
+
+    def __init__(self, tmp_path, node_timeout_ms):
+        self.node_timeout_ms = node_timeout_ms
+        super().__init__(tmp_path)
+
+    def start(self):
+        self.bus_port = free_port()
+        self.extra = ["--cluster-enabled", "yes", "--cluster-config-file", str(self.dir / "nodes.conf"),
+                      "--cluster-port", str(self.bus_port), "--cluster-node-timeout", str(self.node_timeout_ms),
+                      # Redis 7 leaves a replica out of CLUSTER SLOTS and SHARDS ("health: loading")
+                      # while its replication offset is 0: on an empty cluster, until the
+                      # master's first replication PING (every 10 s by default).
+                      "--repl-ping-replica-period", "1"]
+        return super().start()
+
+
+class ClusterNodeInfo:
+    """One line of CLUSTER NODES: id, port, role ("master" or "replica"), master_id (a
+    replica's), slots [(first, last)], flags (myself, fail, pfail, ...)."""
+
+    def __init__(self, line):
+        f = line.split()
+        self.id = f[0]
+        # ip:port@cport[,hostname]
+        self.host, rest = f[1].rsplit(":", 1)
+        self.port = int(rest.split("@")[0])
+        self.flags = set(f[2].split(","))
+        self.role = "master" if "master" in self.flags else "replica"
+        self.master_id = None if f[3] == "-" else f[3]
+        self.connected = f[7] == "connected"
+        self.slots = []
+        for s in f[8:]:
+            if s.startswith("["):  # [slot->-id] / [slot-<-id]: a migration in progress
+                continue
+            first, _, last = s.partition("-")
+            self.slots.append((int(first), int(last or first)))
+
+    @property
+    def failed(self):
+        return bool(self.flags & {"fail", "fail?", "noaddr"})
+
+    @property
+    def slot_count(self):
+        return sum(last - first + 1 for first, last in self.slots)
+
+    def __repr__(self):
+        return f"<{self.role} {self.port} {self.id[:8]} slots={self.slot_count}{' failed' if self.failed else ''}>"
+
+
+class RedisCluster:
+    """A real Redis Cluster on loopback: `masters` masters with `replicas` replicas each,
+    made by redis-cli --cluster create; ready when every node agrees on who serves what.
+    Stops every process it started on stop(), and when its start fails."""
+
+    def __init__(self, tmp_path, masters=3, replicas=1, node_timeout_ms=2000):
+        started = time.monotonic()
+        self.servers = []
+        self.node_timeout_ms = node_timeout_ms
+        try:
+            for i in range(masters * (1 + replicas)):
+                d = tmp_path / f"node{i}"
+                d.mkdir(parents=True)
+                self.servers.append(ClusterNode(d, node_timeout_ms))
+            out = subprocess.run(["redis-cli", "--cluster", "create", *(s.address for s in self.servers),
+                                  "--cluster-replicas", str(replicas), "--cluster-yes"],
+                                 capture_output=True, text=True, timeout=60)
+            if out.returncode != 0 or "All 16384 slots covered" not in out.stdout:
+                raise RuntimeError(f"redis-cli --cluster create failed:\n{out.stdout}\n{out.stderr}")
+            self.wait_settled(masters=masters, replicas=masters * replicas)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_s = time.monotonic() - started
+
+    def server(self, port):
+        return next(s for s in self.servers if s.port == port)
+
+    def live(self):
+        return [s for s in self.servers if s.alive]
+
+    def cli(self, port, *args):
+        """redis-cli -p PORT ARGS... (no -c: a MOVED comes back as the answer)."""
+        out = subprocess.run(["redis-cli", "-p", str(port), *map(str, args)], capture_output=True, text=True,
+                             timeout=10)
+        return out.stdout.strip()
+
+    def nodes(self, port=None):
+        """The cluster as one node (`port`, or the first live one) sees it: CLUSTER NODES."""
+        port = port or self.live()[0].port
+        return [ClusterNodeInfo(line) for line in self.cli(port, "cluster", "nodes").splitlines() if line.strip()]
+
+    def masters(self, port=None):
+        """The live masters serving slots, by port."""
+        return sorted((n for n in self.nodes(port) if n.role == "master" and not n.failed and n.slots),
+                      key=lambda n: n.port)
+
+    def replicas_of(self, master_port):
+        nodes = self.nodes()
+        master = next(n for n in nodes if n.port == master_port)
+        return [n for n in nodes if n.master_id == master.id and not n.failed]
+
+    def _view(self, port):
+        """(state ok and no replica loading, {master id: slots}, live replica count) as `port` sees it."""
+        info = self.cli(port, "cluster", "info")
+        loading = self.cli(port, "cluster", "shards").splitlines().count("loading")
+        nodes = [n for n in self.nodes(port) if not n.failed]
+        masters = {n.id: tuple(sorted(n.slots)) for n in nodes if n.role == "master" and n.slots}
+        replicas = [n for n in nodes if n.role == "replica" and n.master_id in masters]
+        return "cluster_state:ok" in info and loading == 0, masters, len(replicas)
+
+    def wait_settled(self, masters=None, replicas=None, deadline_s=30):
+        """Until every live node says cluster_state:ok, lists every replica in CLUSTER SLOTS
+        (none "loading" in CLUSTER SHARDS) and all see the same masters with the same slots
+        (and, when given, that many masters and live replicas)."""
+        def settled():
+            views = [self._view(s.port) for s in self.live()]
+            if not all(v[0] for v in views) or any(v[1] != views[0][1] for v in views):
+                return False
+            if masters is not None and len(views[0][1]) != masters:
+                return False
+            if replicas is not None and any(v[2] != replicas for v in views):
+                return False
+            return views[0]
+        return _wait_until("cluster settled", settled, deadline_s)
+
+    def kill_master(self, port=None, wait=True, deadline_s=30):
+        """Kills a master (`port`, or the lowest-port one) and, with `wait`, waits until one of
+        its replicas is promoted and the cluster is ok again. Returns (killed, promoted) ports
+        (promoted is None without `wait`)."""
+        port = port or self.masters()[0].port
+        replicas = self.replicas_of(port)
+        _kill(self.server(port))
+        if not wait:
+            return port, None
+        candidates = {r.port for r in replicas}
+
+        def promoted():
+            for p in candidates:
+                me = next((n for n in self.nodes(p) if "myself" in n.flags), None)
+                if me and me.role == "master" and me.slots:
+                    return p
+            return None
+        new = _wait_until(f"a replica of {port} promoted", promoted, deadline_s)
+        self.wait_settled(deadline_s=deadline_s)
+        return port, new
+
+    def reshard(self, from_port, to_port, slots, deadline_s=120):
+        """Moves `slots` slots (and their keys) from one master to another with redis-cli
+        --cluster reshard, then waits until every node agrees on the new map."""
+        ids = {n.port: n.id for n in self.nodes()}
+        out = subprocess.run(["redis-cli", "--cluster", "reshard", self.live()[0].address,
+                              "--cluster-from", ids[from_port], "--cluster-to", ids[to_port],
+                              "--cluster-slots", str(slots), "--cluster-yes"],
+                             capture_output=True, text=True, timeout=deadline_s)
+        if out.returncode != 0:
+            raise RuntimeError(f"redis-cli --cluster reshard failed:\n{out.stdout[-2000:]}\n{out.stderr}")
+        self.wait_settled(deadline_s=deadline_s)
+
+    def stop(self):
+        for s in self.servers:
+            _kill(s)
+
+
+@pytest.fixture
+def redis_cluster(tmp_path):
+    c = RedisCluster(tmp_path / "cluster")
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+class SentinelProcess(SyncingRedisServer):
+    """One redis-sentinel on a free port, its config file its own (Sentinel rewrites it)."""
+
+    def __init__(self, tmp_path, master_port, quorum, down_after_ms, failover_timeout_ms):
+        self.monitor = (master_port, quorum, down_after_ms, failover_timeout_ms)
+        super().__init__(tmp_path)
+
+    def _spawn(self):
+        master_port, quorum, down_after_ms, failover_timeout_ms = self.monitor
+        conf = self.dir / "sentinel.conf"
+        conf.write_text(f"port {self.port}\nbind 127.0.0.1\ndir {self.dir}\n"
+                        f"sentinel monitor mymaster 127.0.0.1 {master_port} {quorum}\n"
+                        f"sentinel down-after-milliseconds mymaster {down_after_ms}\n"
+                        f"sentinel failover-timeout mymaster {failover_timeout_ms}\n"
+                        "sentinel parallel-syncs mymaster 1\n")
+        return subprocess.Popen(["redis-sentinel", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+class RedisSentinel:
+    """A real Sentinel deployment on loopback: one master, one replica (--replicaof), three
+    redis-sentinel monitoring them as `mymaster`; ready when every sentinel knows the
+    master, the replica and the other sentinels (so that a killed master can reach quorum).
+    Stops every process it started on stop(), and when its start fails."""
+
+    name = "mymaster"
+
+    def __init__(self, tmp_path, sentinels=3, down_after_ms=1000, failover_timeout_ms=3000):
+        if not shutil.which("redis-sentinel"):
+            raise RuntimeError("redis-sentinel is not installed (Debian's redis-sentinel: scripts/deps.sh test)")
+        started = time.monotonic()
+        self.servers, self.sentinels = [], []
+        try:
+            for role in ("master", "replica"):
+                d = tmp_path / role
+                d.mkdir(parents=True)
+                extra = () if role == "master" else ("--replicaof", "127.0.0.1", str(self.servers[0].port))
+                self.servers.append(SyncingRedisServer(d, extra=extra))
+            _wait_until("replica in sync", lambda: "master_link_status:up" in
+                        self.servers[1].cli("info", "replication"), 15)
+            for i in range(sentinels):
+                d = tmp_path / f"sentinel{i}"
+                d.mkdir(parents=True)
+                self.sentinels.append(SentinelProcess(d, self.servers[0].port, sentinels // 2 + 1, down_after_ms,
+                                                      failover_timeout_ms))
+            for s in self.sentinels:
+                _wait_until(f"sentinel {s.port} ready", lambda s=s: self._knows_all(s), 15)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_s = time.monotonic() - started
+
+    def _knows_all(self, sentinel):
+        master = sentinel.cli("sentinel", "get-master-addr-by-name", self.name).split()
+        replicas = sentinel.cli("sentinel", "replicas", self.name)
+        others = sentinel.cli("sentinel", "sentinels", self.name)
+        return (master == ["127.0.0.1", str(self.servers[0].port)] and
+                f"127.0.0.1\nport\n{self.servers[1].port}" in replicas and
+                others.count("\nrunid\n") == len(self.sentinels) - 1)
+
+    def server(self, port):
+        return next(s for s in self.servers if s.port == port)
+
+    def master_address(self):
+        """(host, port) of the master as a live sentinel answers SENTINEL get-master-addr-by-name."""
+        for s in self.sentinels:
+            if s.proc.poll() is None:
+                out = s.cli("sentinel", "get-master-addr-by-name", self.name).split()
+                if len(out) == 2:
+                    return out[0], int(out[1])
+        raise RuntimeError("no sentinel answered")
+
+    def failover(self):
+        """SENTINEL FAILOVER: promote the replica now (no agreement needed); returns at once."""
+        out = self.sentinels[0].cli("sentinel", "failover", self.name)
+        if out != "OK":
+            raise RuntimeError(f"SENTINEL FAILOVER: {out}")
+
+    def kill_master(self):
+        """Kills the current master's process; returns its port."""
+        _, port = self.master_address()
+        _kill(self.server(port))
+        return port
+
+    def wait_master(self, port, deadline_s=10):
+        """Until the sentinels name `port` the master and it says so itself (ROLE)."""
+        def moved():
+            return (self.master_address()[1] == port and
+                    self.server(port).cli("role").splitlines()[:1] == ["master"])
+        return _wait_until(f"master at {port}", moved, deadline_s)
+
+    def stop(self):
+        # Sentinels first: none reconfigures a server while they go.
+        for s in self.sentinels + self.servers:
+            _kill(s)
+
+
+@pytest.fixture
+def redis_sentinel(tmp_path):
+    s = RedisSentinel(tmp_path / "sentinel")
+    try:
+        yield s
+    finally:
+        s.stop()
