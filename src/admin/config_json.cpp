@@ -52,6 +52,8 @@ json::object redis_json(const config::redis_config& r) {
           {"master_name", r.master_name},
           {"username", r.username},
           {"password", r.password.empty() ? "" : redacted},
+          {"sentinel_username", r.sentinel_username},
+          {"sentinel_password", r.sentinel_password.empty() ? "" : redacted},
           {"database", r.database},
           {"timeout_ms", ms(r.timeout)},
           {"key_prefix", r.key_prefix}};

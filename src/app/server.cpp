@@ -17,6 +17,7 @@
 #include <optional>
 #include <thread>
 
+#include "admin/config_json.hpp"
 #include "admin/listener.hpp"
 #include "app/config_watch.hpp"
 #include "config/loader.hpp"
@@ -152,8 +153,8 @@ int server::run() {
     admin_listener->start();
     spdlog::info("admin listening on {}", cfg.admin.listen->str());
   }
-  if (cfg.store == config::store_kind::redis && cfg.redis.mode != config::redis_mode::standalone)
-    spdlog::warn("redis.mode cluster/sentinel is not implemented yet: using the first address as a standalone server");
+  if (cfg.store == config::store_kind::redis && cfg.redis.mode == config::redis_mode::cluster)
+    spdlog::warn("redis.mode cluster is not implemented yet: using the first address as a standalone server");
 
   // SIGHUP reloads; the file is watched too (a rename over it, a ConfigMap's swap).
   asio::signal_set hup(main_ioc, SIGHUP);
@@ -232,6 +233,20 @@ std::vector<std::string> server::keep_restart_only(config::config& next, const c
   return kept;
 }
 
+// A limit whose algorithm changed under the same name finds its keys holding the other
+// algorithm's state (until they expire): said, so that the operator renames it.
+static void warn_changed_algorithms(const config::config& next, const config::config& was, std::string_view why) {
+  for (const auto& r : next.routes)
+    for (const auto& l : r.limits)
+      for (const auto& old_route : was.routes)
+        if (old_route.name == r.name)
+          for (const auto& old : old_route.limits)
+            if (old.name == l.name && old.algo != l.algo)
+              spdlog::warn("reload ({}): limit {}/{} changed from {} to {}: its keys keep the old algorithm's state "
+                           "until they expire; give the limit a new name to start afresh",
+                           why, r.name, l.name, admin::algorithm_name(old.algo), admin::algorithm_name(l.algo));
+}
+
 admin::reload_outcome server::reload(std::string_view why) {
   std::lock_guard serial(reload_mu_);
   admin::reload_outcome out;
@@ -250,6 +265,7 @@ admin::reload_outcome server::reload(std::string_view why) {
   last_text_hash_ = next->hash;
   const auto was = current();
   out.restart_needed = keep_restart_only(*next, *was->cfg);
+  warn_changed_algorithms(*next, *was->cfg, why);
   for (const auto& k : out.restart_needed)
     spdlog::warn("reload ({}): {} changed: it takes effect at the next restart (the old value stays)", why, k);
   layout_.assign(*next);

@@ -40,6 +40,9 @@ struct redis_config {
   std::string master_name;
   std::string username;
   std::string password;
+  // Sentinel mode: the sentinels' own credentials (they may differ from the master's).
+  std::string sentinel_username;
+  std::string sentinel_password;
   int database = 0;
   duration timeout{50};
   std::string key_prefix = "floodgate:";

@@ -110,6 +110,8 @@ class loader {
       r_.error(present(mode_node) ? mode_node : node, "redis.mode sentinel needs redis.master_name");
     if (auto n = o.get("username"); present(n)) set(rc.username, r_.string(n));
     if (auto n = o.get("password"); present(n)) set(rc.password, r_.string(n));
+    if (auto n = o.get("sentinel_username"); present(n)) set(rc.sentinel_username, r_.string(n));
+    if (auto n = o.get("sentinel_password"); present(n)) set(rc.sentinel_password, r_.string(n));
     if (auto n = o.get("database"); present(n)) set(rc.database, r_.unsigned_int(n, 0, 1023));
     if (auto n = o.get("timeout"); present(n)) set(rc.timeout, positive_duration(n));
     if (auto n = o.get("key_prefix"); present(n)) set(rc.key_prefix, r_.string(n));

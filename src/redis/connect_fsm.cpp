@@ -18,7 +18,7 @@ std::vector<setup_command> setup_commands(const config::redis_config& cfg, const
     else out.push_back({setup_step::auth, {"AUTH", cfg.username, cfg.password}});
   }
   if (cfg.database != 0) out.push_back({setup_step::select, {"SELECT", std::to_string(cfg.database)}});
-  out.push_back({setup_step::script_load, {"SCRIPT", "LOAD", script}});
+  if (!script.empty()) out.push_back({setup_step::script_load, {"SCRIPT", "LOAD", script}});
   return out;
 }
 

@@ -33,14 +33,31 @@ reply_kind kind_of(const redisReply* r) {
 }  // namespace
 
 connection::connection(asio::any_io_executor ex, config::redis_config cfg, std::string script)
-    : ex_(ex), cfg_(std::move(cfg)), script_(std::move(script)), topology_(make_topology(cfg_)), adapter_(ex),
+    : ex_(ex), cfg_(std::move(cfg)), script_(std::move(script)), topology_(make_topology(ex, cfg_)), adapter_(ex),
       deadline_timer_(ex), reconnect_timer_(ex) {}
 
 connection::~connection() { stop(); }
 
-void connection::start() { run(fsm_.start()); }
+void connection::start() {
+  // The master moved (a sentinel failover): close, and the reconnect goes to the new one.
+  topology_->watch([w = weak_from_this()] {
+    if (auto self = w.lock()) self->move_on("the sentinels name another master");
+  });
+  run(fsm_.start());
+}
 
-void connection::stop() { run(fsm_.stop()); }
+void connection::stop() {
+  topology_->stop();
+  run(fsm_.stop());
+}
+
+void connection::move_on(const char* why) {
+  auto* ac = adapter_.context();
+  if (!ac) return;
+  spdlog::warn("Redis {}: {}: reconnecting", endpoint_.str(), why);
+  // Replies still due come first; then the disconnect callback, and the reconnect.
+  redisAsyncDisconnect(ac);
+}
 
 void connection::run(const connect_action& a) {
   switch (a.type) {
@@ -76,7 +93,11 @@ void connection::run(const connect_action& a) {
 
 void connection::connect() {
   auto seeds = topology_->seeds();
-  if (seeds.empty()) return;
+  if (seeds.empty()) {
+    // (sentinel mode: no master known yet; the topology is asking)
+    run(fsm_.on_connect_failed("no master known yet", random01()));
+    return;
+  }
   endpoint_ = std::move(seeds.front());
   boost::system::error_code ec;
   auto addr = asio::ip::make_address(endpoint_.host, ec);
@@ -122,6 +143,19 @@ void connection::queue_setup() {
       if (a.type == connect_action_type::setup_failed) spdlog::error("Redis {} failed: {}", a.why, r.str);
     });
     submit(format_command(c.args), new pending{std::move(done), clock::now() + cfg_.timeout, command_fsm(), 0, {}});
+  }
+  if (topology_->verify_role()) {
+    // A sentinel's answer may be stale, or a master may have become a replica: what
+    // the server says it is decides.
+    auto done = post_copy([w = weak_from_this()](error_code ec, reply r) {
+      auto self = w.lock();
+      if (!self || ec) return;
+      const bool master = r.type == reply::kind::array && !r.elements.empty() && r.elements[0].str == "master";
+      if (master) return;
+      self->topology_->on_lost(self->endpoint_);
+      self->move_on(r.is_error() ? "ROLE failed" : "not a master (ROLE)");
+    });
+    submit(format_command({"ROLE"}), new pending{std::move(done), clock::now() + cfg_.timeout, command_fsm(), 0, {}});
   }
 }
 

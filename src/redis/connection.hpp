@@ -70,6 +70,8 @@ class connection : public std::enable_shared_from_this<connection> {
   void run(const connect_action& a);
   void connect();
   void connect_to(const std::string& ip);
+  // Closes the connection to go elsewhere (the topology's next seed), logged with `why`.
+  void move_on(const char* why);
   void queue_setup();
   void log_lost(const char* why);
   void arm_deadline_timer();

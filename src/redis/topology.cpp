@@ -1,5 +1,7 @@
 #include "redis/topology.hpp"
 
+#include "redis/sentinel.hpp"
+
 namespace fg::redis {
 
 std::vector<config::endpoint> standalone::seeds() const {
@@ -7,7 +9,8 @@ std::vector<config::endpoint> standalone::seeds() const {
   return {addresses_.front()};
 }
 
-std::unique_ptr<topology> make_topology(const config::redis_config& cfg) {
+std::unique_ptr<topology> make_topology(boost::asio::any_io_executor ex, const config::redis_config& cfg) {
+  if (cfg.mode == config::redis_mode::sentinel) return std::make_unique<sentinel>(std::move(ex), cfg);
   return std::make_unique<standalone>(cfg.addresses);
 }
 

@@ -1,4 +1,7 @@
 #pragma once
+#include <boost/asio/any_io_executor.hpp>
+
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -6,9 +9,9 @@
 
 namespace fg::redis {
 
-// Where the connection goes. The one place that knows the deployment: standalone
-// now; Redis Cluster (seed nodes, then the slot map, MOVED/ASK) and Sentinel (ask
-// the sentinels for the master) are to come behind the same seam.
+// Where the connection goes. The one place that knows the deployment: standalone, or
+// Sentinel (ask the sentinels for the master, redis/sentinel.hpp); Redis Cluster (seed
+// nodes, then the slot map, MOVED/ASK) is to come behind the same seam.
 class topology {
  public:
   virtual ~topology() = default;
@@ -18,6 +21,11 @@ class topology {
   // The connection to `ep` failed or was lost (a sentinel topology asks again, a
   // cluster one refreshes its slot map).
   virtual void on_lost(const config::endpoint& ep) = 0;
+  // Whether a new connection must check with ROLE that it reached a master.
+  virtual bool verify_role() const { return false; }
+  // `moved` is called when the connection should go elsewhere (the master moved).
+  virtual void watch(std::function<void()> moved) {}
+  virtual void stop() {}
 };
 
 // One server: the first of redis.addresses.
@@ -31,7 +39,8 @@ class standalone final : public topology {
   std::vector<config::endpoint> addresses_;
 };
 
-// The topology for `cfg`: standalone for every mode until cluster and sentinel exist.
-std::unique_ptr<topology> make_topology(const config::redis_config& cfg);
+// The topology for `cfg`: sentinel, or standalone (cluster mode too, until it exists:
+// the first address).
+std::unique_ptr<topology> make_topology(boost::asio::any_io_executor ex, const config::redis_config& cfg);
 
 }  // namespace fg::redis

@@ -311,3 +311,10 @@ def test_a_request_in_flight_reaches_an_upstream_the_reload_removed(gateway_fact
         got.append(read_response(s).status)
     assert got == [200]
     assert statuses(g, 1, path="/limited/echo") == [200]
+
+
+def test_a_changed_algorithm_is_told_to_rename(gateway_factory):
+    g = start(gateway_factory)
+    g.config.write_text(g.config.read_text().replace("algorithm: fixed_window", "algorithm: sliding_window"))
+    assert post_reload(g).status == 200
+    assert "limit r/per-ip changed from fixed_window to sliding_window" in g.log_text()

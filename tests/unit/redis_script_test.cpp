@@ -1,3 +1,4 @@
+#include <boost/asio/io_context.hpp>
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -47,18 +48,27 @@ TEST_CASE("script: EVALSHA and EVAL carry the same arguments", "[redis]") {
   CHECK(s.eval(3, args) == "*5\r\n$4\r\nEVAL\r\n$8\r\nreturn 1\r\n" + tail);
 }
 
-TEST_CASE("topology: standalone connects to the first address, whatever the mode", "[redis]") {
+TEST_CASE("topology: standalone connects to the first address (cluster mode too, for now)", "[redis]") {
+  boost::asio::io_context ioc;
   fg::config::redis_config cfg;
   cfg.addresses = {{"10.0.0.1", 6380}, {"10.0.0.2", 6381}};
-  auto t = fg::redis::make_topology(cfg);
+  auto t = fg::redis::make_topology(ioc.get_executor(), cfg);
   auto seeds = t->seeds();
   REQUIRE(seeds.size() == 1);
   CHECK(seeds[0].host == "10.0.0.1");
   CHECK(seeds[0].port == 6380);
   t->on_lost(seeds[0]);
   CHECK(t->seeds().size() == 1);  // nothing else to try
-  // Cluster and sentinel are not there yet: the first address, as before.
+  // Cluster is not there yet: the first address, as before.
   cfg.mode = fg::config::redis_mode::cluster;
-  CHECK(fg::redis::make_topology(cfg)->seeds()[0].port == 6380);
+  CHECK(fg::redis::make_topology(ioc.get_executor(), cfg)->seeds()[0].port == 6380);
+  CHECK_FALSE(t->verify_role());
+  // Sentinel: no master until a sentinel names one; ROLE checked on every connect.
+  cfg.mode = fg::config::redis_mode::sentinel;
+  cfg.master_name = "mymaster";
+  auto s = fg::redis::make_topology(ioc.get_executor(), cfg);
+  CHECK(s->seeds().empty());
+  CHECK(s->verify_role());
+  s->stop();
   CHECK(fg::redis::standalone({}).seeds().empty());
 }

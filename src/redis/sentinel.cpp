@@ -1,0 +1,128 @@
+#include "redis/sentinel.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <spdlog/spdlog.h>
+
+#include <charconv>
+
+#include "redis/connection.hpp"
+
+namespace fg::redis {
+
+namespace asio = boost::asio;
+
+namespace {
+
+constexpr auto poll_interval = std::chrono::milliseconds(500);
+
+// `cfg` for talking to one sentinel: standalone, the sentinel's own credentials, no
+// database, no script.
+config::redis_config sentinel_config(const config::redis_config& cfg, const config::endpoint& at) {
+  config::redis_config s;
+  s.mode = config::redis_mode::standalone;
+  s.addresses = {at};
+  s.username = cfg.sentinel_username;
+  s.password = cfg.sentinel_password;
+  s.database = 0;
+  s.timeout = std::max(cfg.timeout, std::chrono::milliseconds(200));
+  return s;
+}
+
+// A get-master-addr-by-name answer: [ip, port], or nil (no such master).
+std::optional<config::endpoint> master_of(const reply& r) {
+  if (r.type != reply::kind::array || r.elements.size() != 2) return std::nullopt;
+  const auto& port = r.elements[1].str;
+  unsigned value = 0;
+  auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+  if (ec != std::errc() || end != port.data() + port.size() || value == 0 || value > 65535) return std::nullopt;
+  return config::endpoint{r.elements[0].str, static_cast<std::uint16_t>(value)};
+}
+
+}  // namespace
+
+struct sentinel::state : std::enable_shared_from_this<state> {
+  state(asio::any_io_executor e, std::string name) : ex(std::move(e)), master_name(std::move(name)), timer(ex) {}
+
+  asio::any_io_executor ex;
+  std::string master_name;
+  std::vector<std::shared_ptr<connection>> sentinels;
+  std::optional<config::endpoint> master;
+  std::function<void()> moved;
+  asio::steady_timer timer;
+  bool asking = false, again = false, stopped = false;
+
+  // Asks the sentinels in turn until one names the master; then again every 500 ms.
+  void ask() {
+    if (stopped) return;
+    if (asking) {
+      again = true;
+      return;
+    }
+    asking = true;
+    asio::co_spawn(ex, ask_all(shared_from_this()), asio::detached);
+  }
+
+  static asio::awaitable<void> ask_all(std::shared_ptr<state> self) {
+    std::optional<config::endpoint> found;
+    // (built before the co_await: GCC 12 cannot take a braced list in one)
+    const std::vector<std::string> ask{"SENTINEL", "get-master-addr-by-name", self->master_name};
+    for (auto& s : self->sentinels) {
+      if (!s->connected()) continue;
+      auto [ec, r] = co_await s->command(ask);
+      if (self->stopped) co_return;
+      if (ec || r.is_error()) continue;
+      if ((found = master_of(r))) break;
+    }
+    self->asking = false;
+    if (found && (!self->master || !(*found == *self->master))) {
+      const bool had = self->master.has_value();
+      spdlog::info("sentinel: master '{}' is {}{}", self->master_name, found->str(),
+                   had ? fmt::format(" (was {})", self->master->str()) : std::string());
+      self->master = found;
+      if (had && self->moved) self->moved();
+    }
+    // Soon again when nothing answered yet (the sentinels' connections are coming up).
+    self->timer.expires_after(found ? poll_interval : std::chrono::milliseconds(50));
+    self->timer.async_wait([w = std::weak_ptr<state>(self)](boost::system::error_code ec) {
+      if (auto s = w.lock(); s && !ec) s->ask();
+    });
+    if (std::exchange(self->again, false)) self->ask();
+  }
+};
+
+sentinel::sentinel(asio::any_io_executor ex, const config::redis_config& cfg)
+    : state_(std::make_shared<state>(ex, cfg.master_name)) {
+  for (const auto& at : cfg.addresses) {
+    auto c = std::make_shared<connection>(ex, sentinel_config(cfg, at), std::string());
+    c->start();
+    state_->sentinels.push_back(std::move(c));
+  }
+  state_->ask();
+}
+
+sentinel::~sentinel() { stop(); }
+
+void sentinel::stop() {
+  if (state_->stopped) return;
+  state_->stopped = true;
+  state_->timer.cancel();
+  for (auto& s : state_->sentinels) s->stop();
+}
+
+std::vector<config::endpoint> sentinel::seeds() const {
+  if (!state_->master) return {};
+  return {*state_->master};
+}
+
+void sentinel::on_lost(const config::endpoint& ep) {
+  // The master went away or is not one any more: ask now, not at the next poll.
+  if (state_->master && *state_->master == ep) state_->master.reset();
+  state_->ask();
+}
+
+void sentinel::watch(std::function<void()> moved) { state_->moved = std::move(moved); }
+
+}  // namespace fg::redis

@@ -1,0 +1,37 @@
+#pragma once
+#include <boost/asio/any_io_executor.hpp>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "config/config.hpp"
+#include "redis/topology.hpp"
+
+namespace fg::redis {
+
+// redis.mode: sentinel. The master is whatever the sentinels in redis.addresses say
+// `master_name` is (SENTINEL get-master-addr-by-name, asked of each in turn until one
+// answers), asked at the start, again at once when the connection to the master is
+// lost or the server says it is not a master (ROLE, on every connect), and every 500
+// ms while connected, so that a failover (SENTINEL FAILOVER, or a master that died) is
+// followed within a second: the connection is told to move. Sentinels are reached
+// with redis.sentinel_username / sentinel_password (the master with username /
+// password). Per connection, on its executor.
+class sentinel final : public topology {
+ public:
+  sentinel(boost::asio::any_io_executor ex, const config::redis_config& cfg);
+  ~sentinel() override;
+  std::vector<config::endpoint> seeds() const override;
+  void on_lost(const config::endpoint& ep) override;
+  bool verify_role() const override { return true; }
+  void watch(std::function<void()> moved) override;
+  void stop() override;
+
+ private:
+  struct state;
+  std::shared_ptr<state> state_;
+};
+
+}  // namespace fg::redis

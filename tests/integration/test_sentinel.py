@@ -1,0 +1,134 @@
+"""redis.mode: sentinel against real redis-sentinel processes: the gateway asks the
+sentinels for the master, follows SENTINEL FAILOVER and a killed master within 10 s of
+the promotion, and its limits hold afterwards."""
+import threading
+import time
+
+from conftest import get, read_response
+from test_admin import admin_get, with_admin
+
+
+ROUTES = """  - name: r
+    match:
+      path_prefix: /limited
+    upstream: api
+    on_store_error: allow
+    limits:
+      - name: per-client
+        algorithm: fixed_window
+        key: header:X-Client
+        limit: 5
+        window: 1h
+  - name: rest
+    match:
+      path_prefix: /
+    upstream: api
+"""
+
+
+def start(gateway_factory, sentinel, workers=2):
+    addresses = '", "'.join(f"127.0.0.1:{s.port}" for s in sentinel.sentinels)
+    return with_admin(lambda extra: gateway_factory(
+        store="redis", redis=addresses, routes=ROUTES, extra=extra, workers=workers,
+        redis_extra=f"  mode: sentinel\n  master_name: {sentinel.name}\n"))
+
+
+def client(g, name, n):
+    out = []
+    with g.connect() as s:
+        for _ in range(n):
+            s.sendall(get("/limited", extra=f"X-Client: {name}\r\n"))
+            out.append(read_response(s).status)
+    return out
+
+
+def keys_on(sentinel, port):
+    return [k for k in sentinel.server(port).cli("--scan", "--pattern", "fgtest:*").splitlines() if k]
+
+
+def wait_until(predicate, timeout):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+class Load:
+    """Keep-alive clients sending requests until stopped; statuses counted."""
+
+    def __init__(self, g, threads=4):
+        self.g, self.stopped, self.statuses, self.lock = g, threading.Event(), [], threading.Lock()
+        self.threads = [threading.Thread(target=self.run, args=(i,)) for i in range(threads)]
+        for t in self.threads:
+            t.start()
+
+    def run(self, i):
+        with self.g.connect(timeout=30) as s:
+            n = 0
+            while not self.stopped.is_set():
+                n += 1
+                s.sendall(get("/limited", extra=f"X-Client: load-{i}-{n}\r\n"))
+                st = read_response(s).status
+                with self.lock:
+                    self.statuses.append(st)
+
+    def stop(self):
+        self.stopped.set()
+        for t in self.threads:
+            t.join()
+        return self.statuses
+
+
+def test_the_master_comes_from_the_sentinels(gateway_factory, redis_sentinel):
+    g = start(gateway_factory, redis_sentinel)
+    assert wait_until(lambda: admin_get(g, "/readyz").status == 200, 10)
+    assert client(g, "a", 7) == [200] * 5 + [429] * 2
+    _, master = redis_sentinel.master_address()
+    assert keys_on(redis_sentinel, master) == ["fgtest:{r:per-client:a}"]
+    assert f"sentinel: master 'mymaster' is 127.0.0.1:{master}" in g.log_text()
+
+
+def follows(gateway_factory, redis_sentinel, move):
+    g = start(gateway_factory, redis_sentinel)
+    assert wait_until(lambda: admin_get(g, "/readyz").status == 200, 10)
+    assert client(g, "before", 5) == [200] * 5
+    _, old = redis_sentinel.master_address()
+    new = next(s.port for s in redis_sentinel.servers if s.port != old)
+    load = Load(g)
+    try:
+        time.sleep(0.3)
+        move()
+        redis_sentinel.wait_master(new, 15)
+        promoted = time.monotonic()
+        # Followed: a new client's requests are counted on the new master.
+        n = [0]
+
+        def counted_on_new():
+            n[0] += 1
+            name = f"probe-{n[0]}"
+            client(g, name, 1)
+            return f"fgtest:{{r:per-client:{name}}}" in keys_on(redis_sentinel, new)
+        assert wait_until(counted_on_new, 10), g.log_text()
+        followed = time.monotonic() - promoted
+        assert followed < 10
+    finally:
+        statuses = load.stop()
+    # No request failed: on_store_error allow covers the moments without a master.
+    assert statuses and set(statuses) <= {200}, {s: statuses.count(s) for s in set(statuses)}
+    # The limit holds on the new master; the old client's count came with the replica.
+    assert client(g, "after", 8) == [200] * 5 + [429] * 3
+    assert client(g, "before", 1) == [429]
+    assert admin_get(g, "/readyz").status == 200
+    return followed
+
+
+def test_sentinel_failover_under_load_is_followed(gateway_factory, redis_sentinel):
+    followed = follows(gateway_factory, redis_sentinel, redis_sentinel.failover)
+    print(f"followed {followed:.2f} s after the promotion")
+
+
+def test_a_killed_master_is_followed(gateway_factory, redis_sentinel):
+    followed = follows(gateway_factory, redis_sentinel, redis_sentinel.kill_master)
+    print(f"followed {followed:.2f} s after the promotion")
