@@ -53,7 +53,14 @@ void connection::stop() {
 
 void connection::move_on(const char* why) {
   auto* ac = adapter_.context();
-  if (!ac) return;
+  if (!ac) {
+    // Waiting to try again (the old master is gone): try the new one now.
+    if (fsm_.current() == connect_fsm::state::waiting) {
+      reconnect_timer_.cancel();
+      run(fsm_.on_timer());
+    }
+    return;
+  }
   spdlog::warn("Redis {}: {}: reconnecting", endpoint_.str(), why);
   // Replies still due come first; then the disconnect callback, and the reconnect.
   redisAsyncDisconnect(ac);

@@ -111,6 +111,8 @@ def follows(gateway_factory, redis_sentinel, move):
             client(g, name, 1)
             return f"fgtest:{{r:per-client:{name}}}" in keys_on(redis_sentinel, new)
         assert wait_until(counted_on_new, 10), g.log_text()
+        # ... and every worker is connected again (/readyz).
+        assert wait_until(lambda: admin_get(g, "/readyz").status == 200, 10 - (time.monotonic() - promoted))
         followed = time.monotonic() - promoted
         assert followed < 10
     finally:
