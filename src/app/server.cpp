@@ -23,6 +23,7 @@
 #include "config/loader.hpp"
 #include "util/text.hpp"
 #include "limit/inspector.hpp"
+#include "redis/sentinel.hpp"
 #include "limit/memory_store.hpp"
 #include "fg_version.hpp"
 #include "obs/access_log.hpp"
@@ -65,6 +66,10 @@ std::string server::metrics() const {
   for (const auto& w : workers_) g.pooled_connections += w->pooled_connections();
   g.reloads_ok = reloads_ok_.load(std::memory_order_relaxed);
   g.reloads_failed = reloads_failed_.load(std::memory_order_relaxed);
+  const auto cfg = current_config();
+  g.sentinel = cfg->store == config::store_kind::redis && cfg->redis.mode == config::redis_mode::sentinel;
+  g.sentinel_master_changes = redis::sentinel_events::master_changes.load(std::memory_order_relaxed);
+  g.sentinel_not_master = redis::sentinel_events::not_master.load(std::memory_order_relaxed);
   g.version = FG_VERSION;
   return obs::render_metrics(*current_config(), shards, g);
 }

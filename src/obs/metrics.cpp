@@ -208,6 +208,15 @@ std::string render_metrics(const config::config& cfg, std::span<const worker_met
   reloads.metric.push_back(counter_of({{"result", "ok"}}, gauges.reloads_ok));
   reloads.metric.push_back(counter_of({{"result", "failed"}}, gauges.reloads_failed));
   families.push_back(std::move(reloads));
+  if (gauges.sentinel) {
+    MetricFamily events{"floodgate_redis_sentinel_events_total",
+                        "Sentinel mode: the master the sentinels name changed (a failover followed), or a server "
+                        "named master answered ROLE as a replica.",
+                        MetricType::Counter, {}};
+    events.metric.push_back(counter_of({{"event", "master_changed"}}, gauges.sentinel_master_changes));
+    events.metric.push_back(counter_of({{"event", "not_master"}}, gauges.sentinel_not_master));
+    families.push_back(std::move(events));
+  }
   families.push_back({"floodgate_build_info", "The running build.", MetricType::Gauge,
                       {gauge_of({{"version", std::string(gauges.version)}}, 1)}});
   // A family with no series yet is left out (its HELP and TYPE lines too).

@@ -169,6 +169,8 @@ struct process_gauges {
   std::uint64_t open_connections = 0;
   std::uint64_t pooled_connections = 0;  // idle upstream connections in the workers' pools
   std::uint64_t reloads_ok = 0, reloads_failed = 0;
+  bool sentinel = false;  // redis.mode sentinel: its events are shown
+  std::uint64_t sentinel_master_changes = 0, sentinel_not_master = 0;
   std::string_view version;
 };
 

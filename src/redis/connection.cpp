@@ -1,5 +1,7 @@
 #include "redis/connection.hpp"
 
+#include "redis/sentinel.hpp"
+
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -159,6 +161,7 @@ void connection::queue_setup() {
       if (!self || ec) return;
       const bool master = r.type == reply::kind::array && !r.elements.empty() && r.elements[0].str == "master";
       if (master) return;
+      sentinel_events::not_master.fetch_add(1, std::memory_order_relaxed);
       self->topology_->on_lost(self->endpoint_);
       self->move_on(r.is_error() ? "ROLE failed" : "not a master (ROLE)");
     });

@@ -82,6 +82,7 @@ struct sentinel::state : std::enable_shared_from_this<state> {
       spdlog::info("sentinel: master '{}' is {}{}", self->master_name, found->str(),
                    had ? fmt::format(" (was {})", self->master->str()) : std::string());
       self->master = found;
+      if (had) sentinel_events::master_changes.fetch_add(1, std::memory_order_relaxed);
       if (had && self->moved) self->moved();
     }
     // Soon again when nothing answered yet (the sentinels' connections are coming up).

@@ -1,6 +1,8 @@
 #pragma once
 #include <boost/asio/any_io_executor.hpp>
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -10,6 +12,14 @@
 #include "redis/topology.hpp"
 
 namespace fg::redis {
+
+// What the sentinel topologies of the whole process saw (every worker's, the admin's),
+// for the metrics: the master they name changed (a failover followed), and a server
+// named master answered ROLE as a replica.
+struct sentinel_events {
+  static inline std::atomic<std::uint64_t> master_changes{0};
+  static inline std::atomic<std::uint64_t> not_master{0};
+};
 
 // redis.mode: sentinel. The master is whatever the sentinels in redis.addresses say
 // `master_name` is (SENTINEL get-master-addr-by-name, asked of each in turn until one

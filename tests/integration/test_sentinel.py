@@ -6,6 +6,7 @@ import time
 
 from conftest import get, read_response
 from test_admin import admin_get, with_admin
+from test_metrics import scrape, value
 
 
 ROUTES = """  - name: r
@@ -123,6 +124,10 @@ def follows(gateway_factory, redis_sentinel, move):
     assert client(g, "after", 8) == [200] * 5 + [429] * 3
     assert client(g, "before", 1) == [429]
     assert admin_get(g, "/readyz").status == 200
+    # Counted: each of the 2 workers' connections followed the change (the admin's
+    # /limits connection too, if it polled then).
+    series, _ = scrape(g)
+    assert value(series, "floodgate_redis_sentinel_events_total", event="master_changed") >= 2
     return followed
 
 
