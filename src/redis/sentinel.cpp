@@ -118,9 +118,10 @@ std::vector<config::endpoint> sentinel::seeds() const {
   return {*state_->master};
 }
 
-void sentinel::on_lost(const config::endpoint& ep) {
-  // The master went away or is not one any more: ask now, not at the next poll.
-  if (state_->master && *state_->master == ep) state_->master.reset();
+void sentinel::on_lost(const config::endpoint&) {
+  // The master went away or is not one any more: ask now, not at the next poll. The
+  // address stays the one to try until the sentinels name another (then the
+  // connection is told to move, at once if it is waiting to try again).
   state_->ask();
 }
 
