@@ -410,6 +410,16 @@ def redis_server(tmp_path):
     r.stop()
 
 
+def wait_until(predicate, timeout=3.0):
+    """Polls predicate() every 50 ms for up to `timeout` s: whether it came true."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return bool(predicate())
+
+
 def _wait_until(what, check, deadline_s):
     """Polls check() until it returns something true (returned), or raises TimeoutError
     naming `what` and the last value check() gave."""

@@ -9,23 +9,15 @@ import signal
 import threading
 import time
 
-from conftest import SANITIZED, get, read_response
+from conftest import SANITIZED, get, read_response, wait_until
 from test_admin import admin_get, admin_request, with_admin
-from test_metrics import scrape, value
+from test_metrics import scrape, send, value
 from test_redis import limit, route
 
 
 def limited(n, algo="fixed_window", **kw):
     return route(limit(algo, name="per-ip", key="ip", limit=n, window="1h", **kw))
 
-
-def statuses(g, n, path="/limited"):
-    out = []
-    with g.connect() as s:
-        for _ in range(n):
-            s.sendall(get(path))
-            out.append(read_response(s).status)
-    return out
 
 
 def start(gateway_factory, n=3, **kw):
@@ -52,30 +44,22 @@ def reloads(g, result):
     return value(series, "floodgate_config_reloads_total", result=result)
 
 
-def wait_until(predicate, timeout=3.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
-
 
 def test_sighup_changes_a_limit_and_keeps_its_count(gateway_factory):
     g = start(gateway_factory)
-    assert statuses(g, 2) == [200, 200]
+    assert send(g, "/limited", 2) == [200, 200]
     rewrite(g, 5, g.config)
     g.proc.send_signal(signal.SIGHUP)
     assert wait_until(lambda: reloads(g, "ok") == 1)
     # 2 of the old limit's 3 were used: the new limit 5 leaves 3, not 5.
-    assert statuses(g, 4) == [200, 200, 200, 429]
+    assert send(g, "/limited", 4) == [200, 200, 200, 429]
     assert "reload (SIGHUP)" in g.log_text()
 
 
 def test_post_reload_answers_and_takes_effect_at_once(gateway_factory):
     g = start(gateway_factory, workers=2)
-    assert statuses(g, 3) == [200, 200, 200]
-    assert statuses(g, 1) == [429]
+    assert send(g, "/limited", 3) == [200, 200, 200]
+    assert send(g, "/limited", 1) == [429]
     _, before = scrape(g)
     rewrite(g, 10, g.config)
     r = post_reload(g)
@@ -83,7 +67,7 @@ def test_post_reload_answers_and_takes_effect_at_once(gateway_factory):
     body = r.json()
     assert body["status"] == "reloaded" and body["restart_needed"] == []
     # The answer comes once every worker has the new file: the next request sees it.
-    assert statuses(g, 1) == [200]
+    assert send(g, "/limited", 1) == [200]
     _, after = scrape(g)
     assert f'floodgate_config_info{{hash="{body["hash"]}"}} 1' in after
     assert body["hash"] not in before
@@ -93,12 +77,12 @@ def test_post_reload_answers_and_takes_effect_at_once(gateway_factory):
 
 def test_a_file_renamed_over_the_config_is_picked_up(gateway_factory):
     g = start(gateway_factory)
-    assert statuses(g, 3) == [200, 200, 200]
+    assert send(g, "/limited", 3) == [200, 200, 200]
     tmp = g.config.with_name(".floodgate.yaml.swp")
     rewrite(g, 6, tmp)
     os.rename(tmp, g.config)
     assert wait_until(lambda: reloads(g, "ok") == 1)
-    assert statuses(g, 4) == [200, 200, 200, 429]
+    assert send(g, "/limited", 4) == [200, 200, 200, 429]
     assert "reload (file changed)" in g.log_text()
 
 
@@ -106,14 +90,14 @@ def test_an_edit_in_place_is_picked_up(gateway_factory):
     g = start(gateway_factory)
     rewrite(g, 1, g.config)
     assert wait_until(lambda: reloads(g, "ok") == 1)
-    assert statuses(g, 2) == [200, 429]
+    assert send(g, "/limited", 2) == [200, 429]
 
 
 def test_a_configmap_symlink_swap_is_picked_up(gateway_factory):
     g = start(gateway_factory, configmap=True)
     vol = g.config.parent
     assert g.config.is_symlink()
-    assert statuses(g, 3) == [200, 200, 200]
+    assert send(g, "/limited", 3) == [200, 200, 200]
     # kubelet's update: a new timestamped folder, a new ..data link renamed over the
     # old one, the old folder removed.
     (vol / "..v2").mkdir()
@@ -122,19 +106,19 @@ def test_a_configmap_symlink_swap_is_picked_up(gateway_factory):
     os.rename(vol / "..data_tmp", vol / "..data")
     shutil.rmtree(vol / "..v1")
     assert wait_until(lambda: reloads(g, "ok") == 1)
-    assert statuses(g, 3) == [200, 200, 429]
+    assert send(g, "/limited", 3) == [200, 200, 429]
     # And the next swap, from the new folder.
     (vol / "..v3").mkdir()
     rewrite(g, 6, vol / "..v3" / "floodgate.yaml")
     os.symlink("..v3", vol / "..data_tmp")
     os.rename(vol / "..data_tmp", vol / "..data")
     assert wait_until(lambda: reloads(g, "ok") == 2)
-    assert statuses(g, 2) == [200, 429]
+    assert send(g, "/limited", 2) == [200, 429]
 
 
 def test_a_broken_file_is_rejected_and_the_old_config_serves(gateway_factory):
     g = start(gateway_factory)
-    assert statuses(g, 2) == [200, 200]
+    assert send(g, "/limited", 2) == [200, 200]
     good = g.config.read_text()
     # Written elsewhere and renamed over: one event, one failed reload.
     tmp = g.config.with_name("next.yaml")
@@ -147,13 +131,13 @@ def test_a_broken_file_is_rejected_and_the_old_config_serves(gateway_factory):
     assert any(re.match(rf"{re.escape(str(g.config))}:\d+:\d+: expected an integer", e) for e in errors), errors
     assert reloads(g, "failed") == 2 and reloads(g, "ok") == 0
     # Still the old limit of 3, with its count.
-    assert statuses(g, 2) == [200, 429]
+    assert send(g, "/limited", 2) == [200, 429]
     log = g.log_text()
     assert "the configuration in effect is unchanged" in log
     # The good text again: taken (the watcher compares with the last text tried).
     g.config.write_text(good.replace("        limit: 3", "        limit: 4"))
     assert wait_until(lambda: reloads(g, "ok") == 1)
-    assert statuses(g, 2) == [200, 429]
+    assert send(g, "/limited", 2) == [200, 429]
 
 
 def test_listen_and_workers_need_a_restart(gateway_factory):
@@ -165,7 +149,7 @@ def test_listen_and_workers_need_a_restart(gateway_factory):
     assert r.status == 200
     assert sorted(r.json()["restart_needed"]) == ["listen", "workers"]
     # The rest took effect; the proxy still listens where it did.
-    assert statuses(g, 4) == [200] * 4
+    assert send(g, "/limited", 4) == [200] * 4
     assert "listen changed: it takes effect at the next restart" in g.log_text()
     cfg = admin_get(g, "/config").json()
     assert cfg["workers"] == 1 and cfg["listen"] == f"127.0.0.1:{g.port}"
@@ -174,10 +158,10 @@ def test_listen_and_workers_need_a_restart(gateway_factory):
 def test_pooled_upstream_connections_survive_a_reload(gateway_factory, upstream):
     g = start(gateway_factory)
     upstream.reset()
-    assert statuses(g, 2, path="/echo") == [200, 200]
+    assert send(g, "/echo", 2) == [200, 200]
     rewrite(g, 7, g.config)
     assert post_reload(g).status == 200
-    assert statuses(g, 2, path="/echo") == [200, 200]
+    assert send(g, "/echo", 2) == [200, 200]
     assert upstream.stats()["connections"] == 1
 
 
@@ -233,14 +217,14 @@ def test_requests_in_flight_across_20_reloads_all_succeed(gateway_factory, upstr
 
 def test_changing_the_store_reconnects(gateway_factory, redis_server):
     g = start(gateway_factory)
-    assert statuses(g, 1) == [200]
+    assert send(g, "/limited", 1) == [200]
     text = g.config.read_text().replace("store: memory", "store: redis")
     text = text.replace('addresses: ["127.0.0.1:6379"]', f'addresses: ["{redis_server.address}"]')
     g.config.write_text(text)
     assert post_reload(g).status == 200
     # The Redis store is a new one: 3 again, counted in Redis.
     assert wait_until(lambda: admin_get(g, "/readyz").status == 200)
-    assert statuses(g, 4) == [200, 200, 200, 429]
+    assert send(g, "/limited", 4) == [200, 200, 200, 429]
     assert redis_server.keys("fgtest:*")
 
 
@@ -253,14 +237,14 @@ def test_a_new_redis_address_reconnects_and_the_old_server_is_let_go(gateway_fac
         g = with_admin(lambda extra: gateway_factory(store="redis", redis=redis_server.address, routes=limited(3),
                                                      extra=extra, workers=2))
         assert wait_until(lambda: admin_get(g, "/readyz").status == 200)
-        assert statuses(g, 2) == [200, 200]
+        assert send(g, "/limited", 2) == [200, 200]
         assert len(redis_server.keys("fgtest:*")) == 1
         text = g.config.read_text().replace(redis_server.address, other.address)
         g.config.write_text(text.replace("        limit: 3", "        limit: 4"))
         r = post_reload(g)
         assert r.status == 200, r.body
         # Answered once the workers use the new server: counted there, from zero.
-        assert statuses(g, 5) == [200, 200, 200, 200, 429]
+        assert send(g, "/limited", 5) == [200, 200, 200, 200, 429]
         assert len(other.keys("fgtest:*")) == 1
         assert admin_get(g, "/readyz").status == 200
         # The workers' connections to the old server close a second after their last
@@ -279,12 +263,12 @@ def test_an_upstream_moved_by_a_reload_gets_the_next_requests(gateway_factory, u
     try:
         g = start(gateway_factory)
         upstream.reset()
-        assert statuses(g, 2, path="/echo") == [200, 200]
+        assert send(g, "/echo", 2) == [200, 200]
         assert upstream.stats()["requests"] == 2
         g.config.write_text(g.config.read_text().replace(upstream.address, other.address))
         assert post_reload(g).status == 200
         # The idle connection to the old address is not taken again.
-        assert statuses(g, 3, path="/echo") == [200, 200, 200]
+        assert send(g, "/echo", 3) == [200, 200, 200]
         assert upstream.stats()["requests"] == 2
         assert other.stats()["requests"] == 3 and other.stats()["connections"] == 1
     finally:
@@ -297,7 +281,7 @@ def test_a_request_in_flight_reaches_an_upstream_the_reload_removed(gateway_fact
     g = with_admin(lambda extra: gateway_factory(store="redis", redis=redis_server.address, routes=limited(100),
                                                  extra=extra))
     assert wait_until(lambda: admin_get(g, "/readyz").status == 200)
-    assert statuses(g, 1, path="/limited/echo") == [200]
+    assert send(g, "/limited/echo", 1) == [200]
     text = g.config.read_text()
     renamed = text.replace("upstreams:\n  api:", "upstreams:\n  api2:").replace("upstream: api\n", "upstream: api2\n")
     assert renamed != text
@@ -310,7 +294,7 @@ def test_a_request_in_flight_reaches_an_upstream_the_reload_removed(gateway_fact
         assert post_reload(g).status == 200
         got.append(read_response(s).status)
     assert got == [200]
-    assert statuses(g, 1, path="/limited/echo") == [200]
+    assert send(g, "/limited/echo", 1) == [200]
 
 
 def test_a_changed_algorithm_is_told_to_rename(gateway_factory):

@@ -4,7 +4,7 @@ the promotion, and its limits hold afterwards."""
 import threading
 import time
 
-from conftest import get, read_response
+from conftest import get, read_response, wait_until
 from test_admin import admin_get, with_admin
 from test_metrics import scrape, value
 
@@ -46,14 +46,6 @@ def client(g, name, n):
 def keys_on(sentinel, port):
     return [k for k in sentinel.server(port).cli("--scan", "--pattern", "fgtest:*").splitlines() if k]
 
-
-def wait_until(predicate, timeout):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
 
 
 class Load:
