@@ -118,8 +118,10 @@ def follows(gateway_factory, redis_sentinel, move):
     assert admin_get(g, "/readyz").status == 200
     # Counted: each of the 2 workers' connections followed the change (the admin's
     # /limits connection too, if it polled then).
-    series, _ = scrape(g)
-    assert value(series, "floodgate_redis_sentinel_events_total", event="master_changed") >= 2
+    # (a worker may still be between reconnecting and its ROLE answer: waited for, as
+    # /readyz is above)
+    assert wait_until(lambda: value(scrape(g)[0], "floodgate_redis_sentinel_events_total",
+                                    event="master_changed") >= 2, 5)
     return followed
 
 
