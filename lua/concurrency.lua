@@ -21,6 +21,9 @@ ALGOS[CC] = function(now, ceil, floor, whole, read_state, zadd_all)
       end
       return 1, 1, limit - n - 1, 0, 0, 0, 0
     end,
+    give = function(_, _, _, nonce, i, key)
+      redis.call('ZREM', key, nonce .. ':' .. i)
+    end,
     save = function(key, st, spec)
       zadd_all(key, now + spec[3], st.add)
       redis.call('PEXPIRE', key, ceil(spec[3]))

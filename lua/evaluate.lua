@@ -76,6 +76,32 @@ local function state(key, spec)
   return st
 end
 
+-- A refund (flag 2; Redis Cluster, where a request's limits span slots and are decided
+-- one slot per call): each entry is one request that was admitted here but denied by a
+-- limit in another slot, and each of its limits gives back its spec's cost (0: nothing,
+-- a limit that recorded nothing) of what that request took. Answers an empty string.
+if v[4] == 2 then
+  local key_at, nonce_at = 1, 2
+  for _ = 1, v[1] do
+    local shape = shapes[v[at]]
+    at = at + 2
+    local nonce
+    if shape.nonce then
+      nonce = ARGV[nonce_at]
+      nonce_at = nonce_at + 1
+    end
+    for i = 1, shape.k do
+      local spec, key = shape[i], KEYS[key_at + i - 1]
+      if spec[5] > 0 then spec[1].give(state(key, spec), spec, spec[5], nonce, i, key) end
+    end
+    key_at = key_at + shape.k
+  end
+  for key, st in pairs(states) do
+    if st.dirty then st.spec[1].save(key, st, st.spec) end
+  end
+  return ''
+end
+
 -- The reply is built run by run: each run packed as it is decided (one struct.pack of
 -- a constant format, no table slot per number), all joined at the end.
 local parts, np, key_at, nonce_at = {}, 0, 1, 2

@@ -26,6 +26,10 @@ ALGOS[FW] = function(now, ceil, floor, whole, read_state)
       end
       return k, 1, limit - used - cost, reset, 0, -cost, 0
     end,
+    give = function(st, _, cost)
+      if st.fresh then return end
+      st.n, st.dirty = mmax(0, st.n - cost), true
+    end,
     save = function(key, st)
       local v = struct.pack('<dd', st.n, st.e)
       if st.fresh then

@@ -37,6 +37,16 @@ ALGOS[GCRA] = function(now, ceil, floor, whole, read_state)
       end
       return k, 1, mmax(0, floor((tolerance - new_tat) / t)), ceil(new_tat), 0, -cost, step or 0
     end,
+    give = function(st, spec, cost, _, _, key)
+      if not st.o then return end
+      -- The TAT goes back by cost*T; at or before now, the key is as if never used.
+      local tat = st.o - origin + st.r - frac - spec[3] / spec[2] * cost
+      if tat <= 0 then
+        redis.call('DEL', key)
+        return
+      end
+      st.o, st.r, st.dirty = origin, tat + frac, true
+    end,
     save = function(key, st)
       redis.call('SET', key, struct.pack('<dd', st.o, st.r), 'PX', ceil(st.r - frac) + 3)
     end,

@@ -18,6 +18,10 @@
 --                             j*d_reset. With commit, records the k in st (and sets
 --                             st.dirty) if they are admitted; a denial records nothing.
 --   save(key, st, spec)       writes st back, once per call, only if a take recorded
+--   give(st, spec, cost, nonce, i, key)
+--                             a refund: gives back `cost` that one admitted request took
+--                             (sets st.dirty if st is to be saved); nothing if the key is
+--                             gone (its window, and what was taken, expired)
 -- spec = {algorithm, a, b, c, cost, shadow}. A script runs atomically, so reading each key
 -- once, deciding every request of the call in memory and writing each key once is the
 -- same as one call per request, at a fraction of the work: a run of alike requests

@@ -38,6 +38,10 @@ ALGOS[SL] = function(now, ceil, floor, whole, read_state, zadd_all)
       end
       return 1, 1, limit - n - cost, reset, 0, 0, 0
     end,
+    give = function(_, _, cost, nonce, i, key)
+      local m = nonce .. ':' .. i .. ':'
+      for u = 1, cost do redis.call('ZREM', key, m .. u) end
+    end,
     save = function(key, st, spec)
       zadd_all(key, now, st.add)
       redis.call('PEXPIRE', key, ceil(spec[3]))

@@ -44,8 +44,12 @@ ALGOS[SW] = function(now, ceil, floor, whole, read_state)
       end
       return k, 1, mmax(0, floor(limit - estimate - cost)), window - elapsed, 0, -cost, 0
     end,
+    give = function(st, _, cost)
+      if not st.b then return end
+      st.c, st.dirty = mmax(0, st.c - cost), true
+    end,
     save = function(key, st, spec)
-      redis.call('SET', key, struct.pack('<dddd', st.b, st.c, st.p, st.o), 'PX', st.o + (st.b + 2) * spec[3] - mfloor(now))
+      redis.call('SET', key, struct.pack('<dddd', st.b, st.c, st.p, st.o), 'PX', mmax(1, st.o + (st.b + 2) * spec[3] - mfloor(now)))
     end,
   }
 end

@@ -34,6 +34,10 @@ ALGOS[TB] = function(now, ceil, floor, whole, read_state)
       end
       return k, 1, floor(tokens - cost), ceil((burst - tokens + cost) / rate), 0, -cost, step or 0
     end,
+    give = function(st, spec, cost)
+      if not st.t then return end
+      st.t, st.dirty = mmin(spec[4], st.t + cost), true
+    end,
     save = function(key, st, spec)
       local rate = spec[2] / spec[3]
       redis.call('SET', key, struct.pack('<dd', st.t, st.s), 'PX', ceil((spec[4] - st.t) / rate) + 3)

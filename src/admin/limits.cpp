@@ -172,7 +172,7 @@ boost::asio::awaitable<reply> limits(const status_source& status, limit::inspect
   synthetic_request req(q, std::move(client));
   std::vector<limit::check> checks;
   // The gateway's own key building, for a request with these attributes.
-  limit::build_checks(checks, cfg->redis.key_prefix, *route, req.parts());
+  limit::build_checks(checks, cfg->redis.key_prefix, *route, req.parts(), limit::cluster_keys(*cfg));
   std::vector<limit::decision> out(checks.size());
   if (!inspector) co_return error(503, "limit inspection is not available");
   const std::span<const limit::check> in(checks);

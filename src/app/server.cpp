@@ -23,6 +23,8 @@
 #include "config/loader.hpp"
 #include "util/text.hpp"
 #include "limit/inspector.hpp"
+#include "limit/cluster_batcher.hpp"
+#include "redis/cluster.hpp"
 #include "redis/sentinel.hpp"
 #include "limit/memory_store.hpp"
 #include "fg_version.hpp"
@@ -48,6 +50,18 @@ std::shared_ptr<const http::runtime> server::current() const {
 
 config::snapshot server::current_config() const { return current()->cfg; }
 
+std::vector<std::pair<std::string, std::size_t>> server::cluster_masters() const {
+  std::vector<std::pair<std::string, std::size_t>> out;
+  for (const auto& w : workers_)
+    for (const auto& [node, up] : w->cluster_masters()) {
+      auto it = std::find_if(out.begin(), out.end(), [&](const auto& x) { return x.first == node; });
+      if (it == out.end()) it = out.insert(out.end(), {node, 0});
+      it->second += up;
+    }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 admin::readiness server::ready() const {
   auto cfg = current_config();
   if (!cfg) return {false, "no configuration loaded"};
@@ -55,6 +69,14 @@ admin::readiness server::ready() const {
   std::size_t down = 0;
   for (const auto& w : workers_) down += w->store_usable() ? 0 : 1;
   if (down == 0 && !workers_.empty()) return {true, {}};
+  if (cfg->redis.mode == config::redis_mode::cluster) {
+    // Which masters, or that no complete slot map is known yet.
+    std::string why;
+    for (const auto& [node, up] : cluster_masters())
+      if (up < workers_.size()) why += fmt::format("{}master {} unreachable on {} of {} workers", why.empty() ? "" : "; ", node, workers_.size() - up, workers_.size());
+    if (why.empty()) why = fmt::format("redis cluster: no complete slot map on {} of {} workers", down, workers_.size());
+    return {false, why};
+  }
   return {false, fmt::format("redis unreachable on {} of {} workers", down, workers_.size())};
 }
 
@@ -70,6 +92,18 @@ std::string server::metrics() const {
   g.sentinel = cfg->store == config::store_kind::redis && cfg->redis.mode == config::redis_mode::sentinel;
   g.sentinel_master_changes = redis::sentinel_events::master_changes.load(std::memory_order_relaxed);
   g.sentinel_not_master = redis::sentinel_events::not_master.load(std::memory_order_relaxed);
+  g.sentinel_switch_master = redis::sentinel_events::switch_master.load(std::memory_order_relaxed);
+  g.cluster = cfg->store == config::store_kind::redis && cfg->redis.mode == config::redis_mode::cluster;
+  if (g.cluster) {
+    using ev = redis::cluster_events;
+    const auto read = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+    g.cluster_events = {{"moved", read(ev::moved)},           {"ask", read(ev::ask)},
+                        {"refresh", read(ev::refreshes)},     {"refresh_failed", read(ev::refresh_failed)},
+                        {"try_again", read(ev::try_again)},   {"cluster_down", read(ev::cluster_down)},
+                        {"refund", read(limit::cluster_batcher::refunds)}};
+    g.cluster_nodes = cluster_masters();
+    g.workers = workers_.size();
+  }
   g.version = FG_VERSION;
   return obs::render_metrics(*current_config(), shards, g);
 }
@@ -158,8 +192,6 @@ int server::run() {
     admin_listener->start();
     spdlog::info("admin listening on {}", cfg.admin.listen->str());
   }
-  if (cfg.store == config::store_kind::redis && cfg.redis.mode == config::redis_mode::cluster)
-    spdlog::warn("redis.mode cluster is not implemented yet: using the first address as a standalone server");
 
   // SIGHUP reloads; the file is watched too (a rename over it, a ConfigMap's swap).
   asio::signal_set hup(main_ioc, SIGHUP);

@@ -36,6 +36,8 @@ class server final : public admin::status_source {
   void file_changed();
 
   config::snapshot current_config() const override;
+  // Cluster mode: each master serving slots, and how many workers are connected to it.
+  std::vector<std::pair<std::string, std::size_t>> cluster_masters() const;
   admin::readiness ready() const override;
   std::string metrics() const override;
   admin::reload_outcome reload() override { return reload("POST /reload"); }

@@ -13,6 +13,7 @@
 
 #include <random>
 
+#include "limit/cluster_batcher.hpp"
 #include "limit/script.hpp"
 #include "upstream/send_batch.hpp"
 
@@ -68,9 +69,15 @@ std::unique_ptr<worker::limits_stack> worker::make_limits(const config::config& 
   auto l = std::make_unique<limits_stack>();
   limit::decision_source* store = memory_.get();
   if (cfg.store == config::store_kind::redis) {
-    l->redis = std::make_shared<redis::connection>(ioc_->get_executor(), cfg.redis, limit::limiter_script);
-    l->batcher = std::make_unique<limit::redis_batcher>(ioc_->get_executor(), l->redis, 128, &resume_with_sends);
-    l->source = std::make_unique<limit::redis_source>(*l->batcher, l->redis, random_nonce_prefix());
+    if (cfg.redis.mode == config::redis_mode::cluster) {
+      l->redis.cluster = std::make_shared<redis::cluster_client>(ioc_->get_executor(), cfg.redis, limit::limiter_script);
+      l->batcher =
+          std::make_unique<limit::cluster_batcher>(ioc_->get_executor(), l->redis.cluster, 128, &resume_with_sends);
+    } else {
+      l->redis.one = std::make_shared<redis::connection>(ioc_->get_executor(), cfg.redis, limit::limiter_script);
+      l->batcher = std::make_unique<limit::redis_batcher>(ioc_->get_executor(), l->redis.one, 128, &resume_with_sends);
+    }
+    l->source = std::make_unique<limit::redis_source>(*l->batcher, random_nonce_prefix());
     l->denies = std::make_unique<limit::deny_cache>();
     l->batcher->set_metrics(ctx_.metrics);
     store = l->source.get();
@@ -86,7 +93,7 @@ std::unique_ptr<worker::limits_stack> worker::make_limits(const config::config& 
 
 void worker::limits_stack::shut() {
   if (!redis) return;
-  redis->stop();
+  redis.stop();
   // Sessions destroyed later still give their leases back: to Redis no longer (the
   // source lets go of its connection), to the memory store as ever.
   source->detach();
@@ -122,7 +129,7 @@ void worker::start(int listen_fd) {
   acceptor_ = std::make_unique<tcp::acceptor>(*ioc_, ep.protocol(), fd);
   asio::co_spawn(*ioc_, accept_loop(), asio::detached);
   asio::co_spawn(*ioc_, sweep_deadlines(), asio::detached);
-  if (limits_->redis) asio::post(*ioc_, [r = limits_->redis] { r->start(); });
+  if (limits_->redis) asio::post(*ioc_, [r = limits_->redis] { r.start(); });
   thread_ = std::thread([this] {
     for (;;) {
       try {
@@ -180,13 +187,21 @@ asio::awaitable<void> worker::sweep_deadlines() {
     if (ec) co_return;
     ctx_.deadlines.sweep(deadline::clock::now());
     if (pending_ || !retired_.empty()) tend_limits(limit::memory_store::now_ms());
-    store_usable_.store(!limits_->redis || limits_->redis->connected(), std::memory_order_relaxed);
+    store_usable_.store(!limits_->redis || limits_->redis.connected(), std::memory_order_relaxed);
+    if (limits_->redis.cluster) {
+      auto states = limits_->redis.cluster->master_states();
+      std::lock_guard lock(masters_mu_);
+      masters_ = std::move(states);
+    } else if (!masters_.empty()) {
+      std::lock_guard lock(masters_mu_);
+      masters_.clear();
+    }
     // Drained and nothing left: let the io_context run out of work.
     if (ctx_.draining && ctx_.deadlines.empty()) {
       for (auto* l : {limits_.get(), pending_.get()})
-        if (l && l->redis) l->redis->stop();
+        if (l && l->redis) l->redis.stop();
       for (auto& l : retired_)
-        if (l->redis) l->redis->stop();
+        if (l->redis) l->redis.stop();
       co_return;
     }
   }
@@ -238,7 +253,7 @@ void worker::update(std::shared_ptr<const http::runtime> rt, std::shared_ptr<obs
     pending_->rt = std::move(rt);
     pending_->access = std::move(access);
     pending_->applied = std::move(applied);
-    if (pending_->redis) pending_->redis->start();
+    if (pending_->redis) pending_->redis.start();
     else tend_limits(limit::memory_store::now_ms());
   });
 }
@@ -259,8 +274,8 @@ void worker::use_limits(std::unique_ptr<limits_stack> next) {
 }
 
 void worker::tend_limits(std::int64_t now_ms) {
-  if (pending_ && (!pending_->redis || pending_->redis->connected() || now_ms >= pending_->ready_by)) {
-    if (pending_->redis && !pending_->redis->connected())
+  if (pending_ && (!pending_->redis || pending_->redis.connected() || now_ms >= pending_->ready_by)) {
+    if (pending_->redis && !pending_->redis.connected())
       spdlog::warn("worker {}: the reloaded store is not connected after 2 s: using it anyway", ctx_.id);
     auto next = std::move(pending_);
     use_limits(std::move(next));

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 #include "http/context.hpp"
@@ -13,10 +14,26 @@
 #include "limit/policy.hpp"
 #include "limit/redis_store.hpp"
 #include "limit/sources.hpp"
+#include "redis/cluster.hpp"
 #include "redis/connection.hpp"
 #include "upstream/pool.hpp"
 
 namespace fg::app {
+
+// A worker's link to Redis: one connection (standalone, Sentinel), or a cluster client
+// (a connection per master).
+struct redis_link {
+  std::shared_ptr<redis::connection> one;
+  std::shared_ptr<redis::cluster_client> cluster;
+  explicit operator bool() const { return one || cluster; }
+  void start() const { one ? one->start() : cluster->start(); }
+  void stop() const { one ? one->stop() : cluster->stop(); }
+  bool connected() const { return one ? one->connected() : cluster->connected(); }
+  void reset() {
+    one.reset();
+    cluster.reset();
+  }
+};
 
 // One event loop on one thread: accepts on its own copy of the listening socket and
 // owns every connection it accepts, its upstream pool, and (later) its Redis client.
@@ -44,6 +61,12 @@ class worker {
   // Thread-safe. The store answers (Redis connected; always with the memory store), as
   // of the last sweeper tick.
   bool store_usable() const { return store_usable_.load(std::memory_order_relaxed); }
+  // Thread-safe. Cluster mode: each master serving slots and whether this worker is
+  // connected to it, as of the last sweeper tick (empty otherwise).
+  std::vector<std::pair<std::string, bool>> cluster_masters() const {
+    std::lock_guard lock(masters_mu_);
+    return masters_;
+  }
   // Thread-safe to read (relaxed counters): summed at scrape time.
   const obs::worker_metrics& metrics() const { return metrics_; }
   std::size_t pooled_connections() const { return pool_->idle_total(); }
@@ -53,8 +76,8 @@ class worker {
   // or Redis: connection, batcher, source) behind the policy that sessions ask.
   struct limits_stack {
     http::limits_in_use use;
-    std::shared_ptr<redis::connection> redis;
-    std::unique_ptr<limit::redis_batcher> batcher;
+    redis_link redis;
+    std::unique_ptr<limit::redis_evaluator> batcher;
     std::unique_ptr<limit::redis_source> source;
     std::unique_ptr<limit::deny_cache> denies;
     std::unique_ptr<limit::policy> policy;
@@ -91,6 +114,8 @@ class worker {
   unsigned generation_ = 0;
   // Written by this worker's sweeper only, read by the admin thread (/readyz).
   std::atomic<bool> store_usable_{true};
+  mutable std::mutex masters_mu_;
+  std::vector<std::pair<std::string, bool>> masters_;
   std::thread thread_;
 };
 

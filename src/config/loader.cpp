@@ -16,19 +16,6 @@ namespace {
 
 bool present(const YAML::Node& n) { return n && !n.IsNull(); }
 
-bool is_token(std::string_view s) {
-  static constexpr std::string_view extra = "!#$%&'*+-.^_`|~";
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || extra.find(c) != std::string_view::npos;
-  });
-}
-
-bool is_name(std::string_view s) {
-  return !s.empty() && s.size() <= 64 && std::all_of(s.begin(), s.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
-  });
-}
-
 class loader {
  public:
   loader(std::string file, std::vector<diagnostic>& errors) : r_(std::move(file), errors) {}
@@ -115,6 +102,13 @@ class loader {
     if (auto n = o.get("database"); present(n)) set(rc.database, r_.unsigned_int(n, 0, 1023));
     if (auto n = o.get("timeout"); present(n)) set(rc.timeout, positive_duration(n));
     if (auto n = o.get("key_prefix"); present(n)) set(rc.key_prefix, r_.string(n));
+    if (rc.mode == redis_mode::cluster) {
+      // A cluster has one database; a brace in the prefix would be every key's hash tag.
+      auto at = [&](const char* k) { return present(o.get(k)) ? o.get(k) : node; };
+      if (rc.database != 0) r_.error(at("database"), "redis.database must be 0 with redis.mode cluster");
+      if (rc.key_prefix.find_first_of("{}") != std::string::npos)
+        r_.error(at("key_prefix"), "redis.key_prefix must not contain '{' or '}' with redis.mode cluster");
+    }
   }
 
   void client_ip(const YAML::Node& node, client_ip_config& ci) {
@@ -131,7 +125,7 @@ class loader {
       ci.headers.clear();
       for (const auto& item : r_.list(n, true)) {
         auto s = r_.string(item);
-        if (s && !is_token(*s)) r_.error(item, "invalid header name '" + *s + "'");
+        if (s && !util::is_token(*s)) r_.error(item, "invalid header name '" + *s + "'");
         else if (s) ci.headers.push_back(*s);
       }
     }
@@ -142,7 +136,7 @@ class loader {
           "Host", "Content-Length", "Transfer-Encoding", "Connection", "Upgrade", "TE", "Trailer", "Expect",
           "Keep-Alive", "Proxy-Connection", "Forwarded", "X-Forwarded-Proto", "X-Forwarded-Host", "X-Request-Id",
           "Cookie", "Authorization"};
-      if (s && !s->empty() && !is_token(*s)) r_.error(n, "invalid header name '" + *s + "'");
+      if (s && !s->empty() && !util::is_token(*s)) r_.error(n, "invalid header name '" + *s + "'");
       else if (s && std::any_of(std::begin(reserved), std::end(reserved),
                                 [&](std::string_view h) { return util::iequals_folded(*s, h); }))
         r_.error(n, "client_ip.forward cannot be '" + *s + "': the gateway reads or sets that header itself");
@@ -179,7 +173,7 @@ class loader {
     for (auto it = node.begin(); it != node.end(); ++it) {
       upstream_config u;
       u.name = it->first.Scalar();
-      if (!is_name(u.name)) r_.error(it->first, "invalid upstream name '" + u.name + "' (letters, digits, - _ .)");
+      if (!util::is_name(u.name)) r_.error(it->first, "invalid upstream name '" + u.name + "' (letters, digits, - _ .)");
       else if (std::any_of(c.upstreams.begin(), c.upstreams.end(), [&](auto& x) { return x.name == u.name; }))
         r_.error(it->first, "duplicate upstream name '" + u.name + "'");
       yaml_reader::object o(r_, it->second, "upstream '" + u.name + "'");
@@ -216,7 +210,7 @@ class loader {
       auto name = o.get("name");
       if (present(name)) {
         set(rc.name, r_.string(name));
-        if (!is_name(rc.name)) r_.error(name, "invalid route name '" + rc.name + "' (letters, digits, - _ .)");
+        if (!util::is_name(rc.name)) r_.error(name, "invalid route name '" + rc.name + "' (letters, digits, - _ .)");
         else if (!names.insert(rc.name).second) r_.error(name, "duplicate route name '" + rc.name + "'");
       } else {
         r_.error(rn, "route needs a name");
@@ -318,7 +312,7 @@ class loader {
         if (!s) continue;
         std::string up;
         for (char ch : *s) up += static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-        if (!is_token(up)) r_.error(item, "invalid method '" + *s + "'");
+        if (!util::is_token(up)) r_.error(item, "invalid method '" + *s + "'");
         else m.methods.push_back(up);
       }
     }
@@ -352,7 +346,7 @@ class loader {
     if (kind == "header") k = key_source::kind::header;
     else if (kind == "query") k = key_source::kind::query;
     else if (kind == "cookie") k = key_source::kind::cookie;
-    if (!k || name.empty() || (*k == key_source::kind::header && !is_token(name))) {
+    if (!k || name.empty() || (*k == key_source::kind::header && !util::is_token(name))) {
       std::string msg = "invalid key '" + *s + "', expected global, ip, header:<Name>, query:<name> or cookie:<name>";
       if (auto hint = did_you_mean(kind, {"global", "ip", "header", "query", "cookie"}); hint && !k)
         msg += " (did you mean '" + *hint + (*hint == "global" || *hint == "ip" ? "" : ":") + "'?)";
@@ -384,7 +378,7 @@ class loader {
       auto name = o.get("name");
       if (present(name)) {
         set(l.name, r_.string(name));
-        if (!is_name(l.name)) r_.error(name, "invalid limit name '" + l.name + "' (letters, digits, - _ .)");
+        if (!util::is_name(l.name)) r_.error(name, "invalid limit name '" + l.name + "' (letters, digits, - _ .)");
         else if (!names.insert(l.name).second) r_.error(name, "duplicate limit name '" + l.name + "' in route '" + rc.name + "'");
       } else {
         r_.error(ln, "limit needs a name");

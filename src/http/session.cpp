@@ -271,7 +271,7 @@ limit::status session::ask_limits(limit::decision_source& source) {
   parts.header_ctx = static_cast<const bhttp::fields*>(&req.base());
   limits_.route = &route;
   limits_.client = ad_.client_key;
-  limit::build_checks(limits_.checks, rt_->cfg->redis.key_prefix, route, parts);
+  limit::build_checks(limits_.checks, rt_->cfg->redis.key_prefix, route, parts, limit::cluster_keys(*rt_->cfg));
   return source.start(limits_);
 }
 

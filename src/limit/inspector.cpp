@@ -11,7 +11,9 @@
 #include "limit/memory_store.hpp"
 #include "limit/redis_store.hpp"
 #include "limit/script.hpp"
+#include "redis/cluster.hpp"
 #include "redis/connection.hpp"
+#include "redis/slots.hpp"
 
 namespace fg::limit {
 
@@ -39,23 +41,33 @@ bool same_server(const config::redis_config& a, const config::redis_config& b) {
 store_inspector::store_inspector(asio::any_io_executor ex, memory_store& memory, const config::config& initial)
     : ex_(std::move(ex)), memory_(memory) {
   // Started with the admin listener, so that the first /limits finds it connected.
-  if (initial.store == config::store_kind::redis) connection_for(initial.redis);
+  if (initial.store == config::store_kind::redis) connect_for(initial.redis);
 }
 
 store_inspector::~store_inspector() {
   if (conn_) conn_->stop();
+  if (cluster_) cluster_->stop();
 }
 
-std::shared_ptr<redis::connection> store_inspector::connection_for(const config::redis_config& rc) {
-  if (conn_ && same_server(redis_cfg_, rc)) return conn_;
+void store_inspector::connect_for(const config::redis_config& rc) {
+  if ((conn_ || cluster_) && same_server(redis_cfg_, rc)) return;
   if (conn_) conn_->stop();
+  if (cluster_) cluster_->stop();
+  conn_.reset();
+  cluster_.reset();
   redis_cfg_ = rc;
-  conn_ = std::make_shared<redis::connection>(ex_, rc, limiter_script);
   conn_made_ = std::chrono::steady_clock::now();
-  // On the executor's thread, as everything the connection does.
-  asio::post(ex_, [c = conn_] { c->start(); });
-  return conn_;
+  // Started on the executor's thread, as everything the connection does.
+  if (rc.mode == config::redis_mode::cluster) {
+    cluster_ = std::make_shared<redis::cluster_client>(ex_, rc, limiter_script);
+    asio::post(ex_, [c = cluster_] { c->start(); });
+  } else {
+    conn_ = std::make_shared<redis::connection>(ex_, rc, limiter_script);
+    asio::post(ex_, [c = conn_] { c->start(); });
+  }
 }
+
+bool store_inspector::connected() const { return conn_ ? conn_->connected() : cluster_ && cluster_->connected(); }
 
 asio::awaitable<error_code> store_inspector::peek(const config::config& cfg, std::span<const check> checks,
                                                   std::span<decision> out) {
@@ -67,27 +79,37 @@ asio::awaitable<error_code> store_inspector::peek(const config::config& cfg, std
 
 asio::awaitable<error_code> store_inspector::peek_redis(const config::config& cfg, std::span<const check> checks,
                                                         std::span<decision> out) {
-  auto conn = connection_for(cfg.redis);
+  connect_for(cfg.redis);
   const auto grace_end = conn_made_ + connect_grace;
-  while (!conn->connected() && std::chrono::steady_clock::now() < grace_end) {
+  while (!connected() && std::chrono::steady_clock::now() < grace_end) {
     asio::steady_timer t(ex_, std::chrono::milliseconds(10));
     co_await t.async_wait(asio::use_awaitable);
   }
+  if (!cluster_) co_return co_await dry_run(checks, out);
+  // A dry run records nothing, so each check alone answers as it would with the others.
+  for (std::size_t i = 0; i < checks.size(); ++i)
+    if (auto ec = co_await dry_run(checks.subspan(i, 1), out.subspan(i, 1))) co_return ec;
+  co_return error_code{};
+}
+
+asio::awaitable<error_code> store_inspector::dry_run(std::span<const check> checks, std::span<decision> out) {
   script_call call;
   // The nonce names no entry in a dry run; the script only wants one where it would.
   const auto slot = call.add(checks, "inspect");
   auto [argc, args] = call.finish(true);
   error_code ec;
-  // The connection's completion runs in hiredis' callback: the decisions are read there
-  // (the reply lives only then) and the coroutine resumes from a post.
+  // The completion runs in hiredis' callback: the decisions are read there (the reply
+  // lives only then) and the coroutine resumes from a post.
   auto init = [&](auto handler) {
     auto h = std::make_shared<decltype(handler)>(std::move(handler));
-    conn->eval(argc, std::move(args), [&, h, ex = ex_](error_code e, const redisReply* r) {
+    auto done = [&, h, ex = ex_](error_code e, const redisReply* r) {
       if (!e && !call.read(r)) e = redis::make_error_code(redis::errc::protocol);
       if (!e) call.decisions(slot, checks, out);
       ec = e;
       asio::post(ex, [h]() mutable { std::move (*h)(); });
-    });
+    };
+    if (cluster_) cluster_->eval(redis::key_slot(checks.front().key), argc, std::move(args), std::move(done));
+    else conn_->eval(argc, std::move(args), std::move(done));
   };
   co_await asio::async_initiate<decltype(asio::use_awaitable), void()>(init, asio::use_awaitable);
   co_return ec;

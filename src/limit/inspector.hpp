@@ -10,7 +10,10 @@
 #include "config/config.hpp"
 #include "limit/decision.hpp"
 
-namespace fg::redis { class connection; }
+namespace fg::redis {
+class connection;
+class cluster_client;
+}
 
 namespace fg::limit {
 
@@ -30,7 +33,8 @@ class inspector {
 };
 
 // The store that `cfg.store` names at each call (a reload may change it): the memory
-// store's peek, or the limiter script as a dry run on a Redis connection of its own on
+// store's peek, or the limiter script as a dry run on a Redis connection of its own (a
+// cluster client of its own on a cluster, one dry run per check: they may span slots) on
 // `ex` (never a worker's), remade when the redis section changes. Not thread-safe: on
 // `ex`'s thread only, which must run for the connection to live.
 class store_inspector final : public inspector {
@@ -44,15 +48,20 @@ class store_inspector final : public inspector {
                                                          std::span<decision> out) override;
 
  private:
-  std::shared_ptr<redis::connection> connection_for(const config::redis_config& rc);
+  // Makes the connection (or cluster client) for `rc`, unless the one there serves it.
+  void connect_for(const config::redis_config& rc);
+  bool connected() const;
   boost::asio::awaitable<boost::system::error_code> peek_redis(const config::config& cfg,
                                                                std::span<const check> checks,
                                                                std::span<decision> out);
+  // One dry-run call of `checks` (all in one slot on a cluster).
+  boost::asio::awaitable<boost::system::error_code> dry_run(std::span<const check> checks, std::span<decision> out);
 
   boost::asio::any_io_executor ex_;
   memory_store& memory_;
   config::redis_config redis_cfg_;
   std::shared_ptr<redis::connection> conn_;
+  std::shared_ptr<redis::cluster_client> cluster_;
   std::chrono::steady_clock::time_point conn_made_;
 };
 

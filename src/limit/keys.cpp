@@ -117,13 +117,14 @@ std::optional<std::string_view> cookie_value(std::string_view header, std::strin
 }
 
 bool build_key(std::string& out, std::string_view prefix, std::string_view route, const config::limit_config& l,
-               const request_parts& r) {
+               const request_parts& r, bool cluster) {
   using kind = config::key_source::kind;
-  // The head, "<prefix>{<route>:<limit>:", in one write.
-  out.resize(prefix.size() + route.size() + l.name.size() + 3);
+  // The head, "<prefix>{<route>:<limit>:" (cluster: "<prefix>{<route>:"), in one write.
+  const std::string_view name = cluster ? std::string_view() : std::string_view(l.name);
+  out.resize(prefix.size() + route.size() + name.size() + (cluster ? 2 : 3));
   char* p = out.data();
-  for (std::string_view piece : {prefix, std::string_view("{"), route, std::string_view(":"),
-                                 std::string_view(l.name), std::string_view(":")})
+  for (std::string_view piece : {prefix, std::string_view("{"), route, std::string_view(":"), name,
+                                 cluster ? std::string_view() : std::string_view(":")})
     p = util::put(p, piece);
   const std::size_t at = out.size();
   std::string decoded;
@@ -167,23 +168,27 @@ bool build_key(std::string& out, std::string_view prefix, std::string_view route
   }
   if (out.size() - at > 200) out.replace(at, std::string::npos, digest(std::string_view(out).substr(at)));
   out += '}';
+  if (cluster) {
+    out += ':';
+    out += l.name;
+  }
   return true;
 }
 
 std::optional<std::string> build_key(std::string_view prefix, std::string_view route, const config::limit_config& l,
-                                     const request_parts& r) {
+                                     const request_parts& r, bool cluster) {
   std::string key;
-  if (!build_key(key, prefix, route, l, r)) return std::nullopt;
+  if (!build_key(key, prefix, route, l, r, cluster)) return std::nullopt;
   return key;
 }
 
 void build_checks(std::vector<check>& checks, std::string_view prefix, const config::route_config& route,
-                  const request_parts& r) {
+                  const request_parts& r, bool cluster) {
   std::size_t n = 0;
   for (const auto& l : route.limits) {
     if (n == checks.size()) checks.emplace_back();
     auto& c = checks[n];
-    if (!build_key(c.key, prefix, route.name, l, r)) continue;
+    if (!build_key(c.key, prefix, route.name, l, r, cluster)) continue;
     c.cfg = &l;
     c.cost = l.cost;
     ++n;

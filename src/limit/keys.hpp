@@ -26,17 +26,25 @@ struct request_parts {
 // are percent-encoded, and an identity over 200 bytes is replaced by a 128-bit hash.
 // A missing source yields nullopt when the limit says `skip`, and the marker "%anon"
 // (which no encoded value can equal) when it says `anonymous`.
+// On a Redis Cluster (`cluster`), the tag is the route and the identity only:
+//   <prefix>{<route>:<identity>}:<limit>
+// so that a route's limits on one identity share a slot (one atomic script call), and
+// per-client keys spread over every master (README, "Redis Cluster").
 std::optional<std::string> build_key(std::string_view prefix, std::string_view route, const config::limit_config& l,
-                                     const request_parts& r);
+                                     const request_parts& r, bool cluster = false);
 // The same into `out` (its capacity reused); false where the other returns nullopt.
 bool build_key(std::string& out, std::string_view prefix, std::string_view route, const config::limit_config& l,
-               const request_parts& r);
+               const request_parts& r, bool cluster = false);
+// Whether `cfg`'s keys take the cluster form.
+inline bool cluster_keys(const config::config& cfg) {
+  return cfg.store == config::store_kind::redis && cfg.redis.mode == config::redis_mode::cluster;
+}
 
 // The checks of `route`'s limits for one request, into `checks` (whose key strings keep
 // their capacity from request to request); a limit whose key part is missing is skipped
 // (on_missing_key: skip).
 void build_checks(std::vector<check>& checks, std::string_view prefix, const config::route_config& route,
-                  const request_parts& r);
+                  const request_parts& r, bool cluster = false);
 
 // `name`'s raw value in a query string ("a=1&b=2"; names compared percent-decoded) or a
 // Cookie header ("a=1; b=2"); the first if there are several.

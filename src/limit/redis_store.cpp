@@ -104,14 +104,14 @@ script_call::slot script_call::add(std::span<const check> checks, std::string_vi
   return {entries_.size() - 1, 0};
 }
 
-std::pair<std::size_t, std::string> script_call::finish(bool dry_run) {
+std::pair<std::size_t, std::string> script_call::finish(mode m) {
   std::string keys, blob, nonces;
   std::size_t keys_count = 0, nonce_count = 0;
   blob.reserve(32 + specs_.size() + shapes_.size() + 16 * entries_.size());
   append_int(blob, static_cast<std::int64_t>(entries_.size()));
   append_int(blob, static_cast<std::int64_t>(spec_ids_.size()));
   append_int(blob, static_cast<std::int64_t>(shape_ids_.size()));
-  append_int(blob, dry_run ? 1 : 0);
+  append_int(blob, static_cast<std::int64_t>(m));
   blob += specs_;
   blob += shapes_;
   for (const auto& en : entries_) {
@@ -215,7 +215,6 @@ redis_batcher::redis_batcher(boost::asio::any_io_executor ex, std::shared_ptr<re
 
 redis_batcher::~redis_batcher() { flow_->owner = nullptr; }
 
-namespace {
 obs::store_cause cause_of(boost::system::error_code ec) {
   if (ec == redis::errc::timeout) return obs::store_cause::timeout;
   if (ec == redis::errc::disconnected) return obs::store_cause::disconnected;
@@ -223,7 +222,8 @@ obs::store_cause cause_of(boost::system::error_code ec) {
   if (ec == redis::errc::protocol) return obs::store_cause::protocol;
   return obs::store_cause::other;
 }
-}  // namespace
+
+void redis_batcher::send(std::string_view, const std::vector<std::string>& args) { conn_->send(args, {}); }
 
 void redis_batcher::flush() {
   if (!current_ || current_->waiters.empty()) return;

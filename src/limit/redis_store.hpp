@@ -16,7 +16,10 @@
 
 struct redisReply;
 namespace fg::redis { class connection; }
-namespace fg::obs { class worker_metrics; }
+namespace fg::obs {
+class worker_metrics;
+enum class store_cause : unsigned;
+}
 
 namespace fg::limit {
 
@@ -34,10 +37,14 @@ class script_call {
   };
   slot add(std::span<const check> checks, std::string_view nonce);
   std::size_t requests() const { return requests_; }
+  // What a call does (lua/evaluate.lua's flag): decide and record; a dry run, which
+  // decides and records nothing (its requests must not be alike: one request, or ones
+  // with different keys); a refund, which gives back what admitted requests took (each
+  // check's cost of it; the requests added must not be alike either).
+  enum class mode : std::int64_t { decide = 0, dry_run = 1, refund = 2 };
   // The script's arguments (numkeys, KEYS, ARGV) as RESP bulk strings, and their count.
-  // A `dry_run` decides and records nothing (lua/evaluate.lua): its requests must not be
-  // alike (one request, or ones with different keys).
-  std::pair<std::size_t, std::string> finish(bool dry_run = false);
+  std::pair<std::size_t, std::string> finish(mode m = mode::decide);
+  std::pair<std::size_t, std::string> finish(bool dry_run) { return finish(dry_run ? mode::dry_run : mode::decide); }
   // After finish(), on the script's reply: finds each entry's runs; false when the reply
   // is not what the script returns for this call. The reply must outlive decisions().
   bool read(const redisReply* r);
@@ -67,12 +74,32 @@ class script_call {
   const unsigned char* reply_ = nullptr;
 };
 
+// What a redis_source asks of Redis: the batched evaluation of a request's checks, and
+// the plain commands (a lease's release or renewal) on the server of one key.
+class redis_evaluator {
+ public:
+  virtual ~redis_evaluator() = default;
+  // Evaluates `checks` (which, like `nonce` and `out`, must live until completion);
+  // `out` (one decision per check) is filled before completion.
+  virtual boost::asio::awaitable<std::tuple<boost::system::error_code>> evaluate(std::span<const check> checks,
+                                                                                 std::string_view nonce,
+                                                                                 std::span<decision> out) = 0;
+  // A command about `key`, its answer not waited for.
+  virtual void send(std::string_view key, const std::vector<std::string>& args) = 0;
+  // The number (from 0) that names check `i`'s entries in its key (lease_member).
+  virtual std::size_t member_index(std::span<const check> checks, std::size_t i) const { return i; }
+  // The recent round trip of a call (send to answer), in whole ms rounded up.
+  virtual std::int64_t round_trip_ms() const = 0;
+  // Where calls and their failures are counted (none: not counted).
+  virtual void set_metrics(obs::worker_metrics* m) = 0;
+};
+
 // Batches the limit checks of concurrent requests on one worker into one script call,
 // so that Redis runs the script once for many requests: the requests that become
 // ready in one turn of the event loop, or while the previous call is in flight, up
 // to `max_batch` (a full batch goes at once). Each request's limits stay atomic in the
 // script. Per worker.
-class redis_batcher {
+class redis_batcher final : public redis_evaluator {
  public:
   // Runs `resume(arg)`, which resumes the `n` requests one reply answered, inside
   // whatever scope the owner wants around them (the worker sends their upstream writes
@@ -80,16 +107,13 @@ class redis_batcher {
   using resume_scope = void (*)(std::size_t n, void (*resume)(void*), void* arg);
   redis_batcher(boost::asio::any_io_executor ex, std::shared_ptr<redis::connection> c, std::size_t max_batch = 128,
                 resume_scope scope = nullptr);
-  ~redis_batcher();
-  // Evaluates `checks` (which, like `nonce` and `out`, must live until completion);
-  // `out` (one decision per check) is filled before completion.
+  ~redis_batcher() override;
   boost::asio::awaitable<std::tuple<boost::system::error_code>> evaluate(std::span<const check> checks,
                                                                          std::string_view nonce,
-                                                                         std::span<decision> out);
-  // Where calls and their failures are counted (none: not counted).
-  void set_metrics(obs::worker_metrics* m) { metrics_ = m; }
-  // The recent round trip of a call (send to answer), in whole ms rounded up.
-  std::int64_t round_trip_ms() const { return (flow_->rtt_us + 999) / 1000; }
+                                                                         std::span<decision> out) override;
+  void send(std::string_view key, const std::vector<std::string>& args) override;
+  void set_metrics(obs::worker_metrics* m) override { metrics_ = m; }
+  std::int64_t round_trip_ms() const override { return (flow_->rtt_us + 999) / 1000; }
 
  private:
   struct batch;
@@ -112,6 +136,8 @@ class redis_batcher {
   bool flush_posted_ = false;
   std::shared_ptr<flow> flow_;
 };
+// The store error cause `ec` is counted under.
+obs::store_cause cause_of(boost::system::error_code ec);
 // The member of a concurrency lease held for check `index` (0-based) of a call.
 std::string lease_member(std::string_view nonce, std::size_t index);
 

@@ -6,7 +6,6 @@
 #include "config/config.hpp"
 #include "limit/memory_store.hpp"
 #include "limit/redis_store.hpp"
-#include "redis/connection.hpp"
 
 namespace fg::limit {
 
@@ -58,8 +57,8 @@ void memory_source::renew(limit_call& c) {
     if (holds_lease(c, i)) store_.renew(c.checks[i].key, c.lease, now, c.checks[i].cfg->window.count());
 }
 
-redis_source::redis_source(redis_batcher& batcher, std::shared_ptr<redis::connection> conn, std::string nonce_prefix)
-    : batcher_(&batcher), conn_(std::move(conn)), nonce_prefix_(std::move(nonce_prefix)) {}
+redis_source::redis_source(redis_evaluator& batcher, std::string nonce_prefix)
+    : batcher_(&batcher), nonce_prefix_(std::move(nonce_prefix)) {}
 
 status redis_source::start(limit_call& c) {
   if (!batcher_) return status::error;
@@ -83,9 +82,10 @@ status redis_source::finish(limit_call& c, boost::system::error_code ec) {
 }
 
 void redis_source::release(limit_call& c) {
-  if (!conn_) return;
+  if (!batcher_) return;
   for (std::size_t i = 0; i < c.checks.size(); ++i)
-    if (holds_lease(c, i)) conn_->send({"ZREM", c.checks[i].key, lease_member(c.nonce, i)}, {});
+    if (holds_lease(c, i))
+      batcher_->send(c.checks[i].key, {"ZREM", c.checks[i].key, lease_member(c.nonce, batcher_->member_index(c.checks, i))});
 }
 
 void redis_source::renew(limit_call& c) {
@@ -95,12 +95,12 @@ void redis_source::renew(limit_call& c) {
       "local t = redis.call('TIME') local now = t[1] * 1000 + t[2] / 1000 "
       "if redis.call('ZADD', KEYS[1], 'XX', 'CH', now + ARGV[2], ARGV[1]) == 1 then "
       "redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0";
-  if (!conn_) return;
+  if (!batcher_) return;
   for (std::size_t i = 0; i < c.checks.size(); ++i)
     if (holds_lease(c, i))
-      conn_->send({"EVAL", renew_script, "1", c.checks[i].key, lease_member(c.nonce, i),
-                   std::to_string(c.checks[i].cfg->window.count())},
-                  {});
+      batcher_->send(c.checks[i].key, {"EVAL", renew_script, "1", c.checks[i].key,
+                                       lease_member(c.nonce, batcher_->member_index(c.checks, i)),
+                                       std::to_string(c.checks[i].cfg->window.count())});
 }
 
 std::int64_t redis_source::round_trip_ms() const { return batcher_ ? batcher_->round_trip_ms() : 0; }

@@ -4,12 +4,10 @@
 
 #include "limit/decision_source.hpp"
 
-namespace fg::redis { class connection; }
-
 namespace fg::limit {
 
 class memory_store;
-class redis_batcher;
+class redis_evaluator;
 
 // Decisions from the in-process store (shared by all workers): always at once.
 class memory_source final : public decision_source {
@@ -27,23 +25,19 @@ class memory_source final : public decision_source {
 // redis_batcher). Per worker; `nonce_prefix` is random per process.
 class redis_source final : public decision_source {
  public:
-  redis_source(redis_batcher& batcher, std::shared_ptr<redis::connection> conn, std::string nonce_prefix);
+  redis_source(redis_evaluator& batcher, std::string nonce_prefix);
   status start(limit_call& c) override;
   boost::asio::awaitable<std::tuple<boost::system::error_code>> wait(limit_call& c) override;
   status finish(limit_call& c, boost::system::error_code ec) override;
   void release(limit_call& c) override;
   void renew(limit_call& c) override;
   std::int64_t round_trip_ms() const override;
-  // Lets go of the connection and the batcher (the worker is shutting down): releases
-  // and renewals are dropped from now on, and nothing more is asked.
-  void detach() {
-    conn_.reset();
-    batcher_ = nullptr;
-  }
+  // Lets go of the batcher (the worker is shutting down): releases and renewals are
+  // dropped from now on, and nothing more is asked.
+  void detach() { batcher_ = nullptr; }
 
  private:
-  redis_batcher* batcher_;
-  std::shared_ptr<redis::connection> conn_;
+  redis_evaluator* batcher_;
   std::string nonce_prefix_;
 };
 

@@ -210,12 +210,30 @@ std::string render_metrics(const config::config& cfg, std::span<const worker_met
   families.push_back(std::move(reloads));
   if (gauges.sentinel) {
     MetricFamily events{"floodgate_redis_sentinel_events_total",
-                        "Sentinel mode: the master the sentinels name changed (a failover followed), or a server "
-                        "named master answered ROLE as a replica.",
+                        "Sentinel mode: the master the sentinels name changed (a failover followed), a server "
+                        "named master answered ROLE as a replica, a sentinel announced +switch-master.",
                         MetricType::Counter, {}};
     events.metric.push_back(counter_of({{"event", "master_changed"}}, gauges.sentinel_master_changes));
     events.metric.push_back(counter_of({{"event", "not_master"}}, gauges.sentinel_not_master));
+    events.metric.push_back(counter_of({{"event", "switch_master"}}, gauges.sentinel_switch_master));
     families.push_back(std::move(events));
+  }
+  if (gauges.cluster) {
+    MetricFamily events{"floodgate_redis_cluster_events_total",
+                        "Cluster mode: redirections followed (moved, ask), slot map refreshes (refresh, "
+                        "refresh_failed), TRYAGAIN and CLUSTERDOWN answers, refunds of limits spanning slots.",
+                        MetricType::Counter, {}};
+    for (const auto& [name, n] : gauges.cluster_events) events.metric.push_back(counter_of({{"event", std::string(name)}}, n));
+    families.push_back(std::move(events));
+    MetricFamily nodes{"floodgate_redis_cluster_master_connections",
+                       "Cluster mode: per master serving slots, the workers connected to it (of "
+                       "floodgate_redis_cluster_workers).",
+                       MetricType::Gauge, {}};
+    for (const auto& [node, up] : gauges.cluster_nodes)
+      nodes.metric.push_back(gauge_of({{"node", node}}, static_cast<double>(up)));
+    families.push_back(std::move(nodes));
+    families.push_back({"floodgate_redis_cluster_workers", "Cluster mode: the workers, each with its own connections.",
+                        MetricType::Gauge, {gauge_of({}, static_cast<double>(gauges.workers))}});
   }
   families.push_back({"floodgate_build_info", "The running build.", MetricType::Gauge,
                       {gauge_of({{"version", std::string(gauges.version)}}, 1)}});

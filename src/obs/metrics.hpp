@@ -170,7 +170,13 @@ struct process_gauges {
   std::uint64_t pooled_connections = 0;  // idle upstream connections in the workers' pools
   std::uint64_t reloads_ok = 0, reloads_failed = 0;
   bool sentinel = false;  // redis.mode sentinel: its events are shown
-  std::uint64_t sentinel_master_changes = 0, sentinel_not_master = 0;
+  std::uint64_t sentinel_master_changes = 0, sentinel_not_master = 0, sentinel_switch_master = 0;
+  bool cluster = false;  // redis.mode cluster: its events and nodes are shown
+  // (event name, count): MOVED and ASK followed, map refreshes, ...
+  std::vector<std::pair<std::string_view, std::uint64_t>> cluster_events;
+  // (master "host:port", how many workers are connected to it), and the worker count.
+  std::vector<std::pair<std::string, std::size_t>> cluster_nodes;
+  std::size_t workers = 0;
   std::string_view version;
 };
 

@@ -38,6 +38,14 @@ connection::connection(asio::any_io_executor ex, config::redis_config cfg, std::
     : ex_(ex), cfg_(std::move(cfg)), script_(std::move(script)), topology_(make_topology(ex, cfg_)), adapter_(ex),
       deadline_timer_(ex), reconnect_timer_(ex) {}
 
+connection::connection(asio::any_io_executor ex, config::redis_config cfg, std::string script,
+                       std::unique_ptr<topology> where)
+    : ex_(ex), cfg_(std::move(cfg)), script_(std::move(script)), topology_(std::move(where)), adapter_(ex),
+      deadline_timer_(ex), reconnect_timer_(ex) {
+  auto seeds = topology_->seeds();
+  if (!seeds.empty()) endpoint_ = seeds.front();
+}
+
 connection::~connection() { stop(); }
 
 void connection::start() {
@@ -153,6 +161,12 @@ void connection::queue_setup() {
     });
     submit(format_command(c.args), new pending{std::move(done), clock::now() + cfg_.timeout, command_fsm(), 0, {}});
   }
+  if (!sub_channel_.empty()) {
+    // Called for the confirmation and every message, until the context is freed (then
+    // with no reply): not a pending command.
+    redisAsyncCommand(adapter_.context(), &connection::on_message, this, "SUBSCRIBE %b", sub_channel_.data(),
+                      sub_channel_.size());
+  }
   if (topology_->verify_role()) {
     // A sentinel's answer may be stale, or a master may have become a replica: what
     // the server says it is decides.
@@ -185,6 +199,18 @@ void connection::on_disconnect(const redisAsyncContext* ac, int status) {
   self->adapter_.forget();
   const char* why = status == REDIS_OK ? "closed" : (ac->errstr[0] ? ac->errstr : "connection lost");
   self->run(self->fsm_.on_lost(why, random01()));
+}
+
+void connection::on_message(redisAsyncContext*, void* r, void* privdata) {
+  auto* self = static_cast<connection*>(privdata);
+  auto* rep = static_cast<const redisReply*>(r);
+  // ["message", channel, payload]; the confirmation is ["subscribe", channel, count].
+  if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 3) return;
+  const auto* kind = rep->element[0];
+  const auto* payload = rep->element[2];
+  if (kind->type != REDIS_REPLY_STRING || std::string_view(kind->str, kind->len) != "message") return;
+  if (payload->type != REDIS_REPLY_STRING || !self->on_message_) return;
+  self->on_message_(std::string_view(payload->str, payload->len));
 }
 
 void connection::log_lost(const char* why) {
@@ -274,6 +300,16 @@ void connection::eval(std::size_t argc, std::string args, raw_completion done) {
   auto* p = new pending{std::move(done), clock::now() + cfg_.timeout, command_fsm(command_fsm::stage::evalsha), argc,
                         std::move(args)};
   queue(cmd, p);
+}
+
+void connection::eval_asking(std::size_t argc, std::string args, raw_completion done) {
+  if (!connected()) {
+    fail_later(std::move(done), errc::not_connected);
+    return;
+  }
+  // Its reply (OK) is of no interest; a lost one fails nothing.
+  queue(format_command({"ASKING"}), new pending{{}, clock::now() + cfg_.timeout, command_fsm(), 0, {}});
+  eval(argc, std::move(args), std::move(done));
 }
 
 void connection::arm_deadline_timer() {

@@ -40,6 +40,9 @@ class connection : public std::enable_shared_from_this<connection> {
   using raw_completion = std::function<void(boost::system::error_code, const redisReply*)>;
 
   connection(boost::asio::any_io_executor ex, config::redis_config cfg, std::string script);
+  // The same, going where `where` says (a cluster's node: standalone of its address).
+  connection(boost::asio::any_io_executor ex, config::redis_config cfg, std::string script,
+             std::unique_ptr<topology> where);
   ~connection();
   void start();
   void stop();
@@ -53,6 +56,18 @@ class connection : public std::enable_shared_from_this<connection> {
   // form in `args` (bulk strings, see append_bulk); on NOSCRIPT, EVAL once (which loads
   // the script again). Never retried on timeout. `done` is called once.
   void eval(std::size_t argc, std::string args, raw_completion done);
+  // The same after ASKING (a cluster's ASK redirection: this one command may use a slot
+  // the node is importing). The two go out back to back; nothing comes between.
+  void eval_asking(std::size_t argc, std::string args, raw_completion done);
+  // Subscribes to `channel` on every connect, after the setup commands; `on_message`
+  // gets each message's payload, on the connection's stack. Call before start(): the
+  // connection then carries nothing else (a RESP2 subscriber).
+  void subscribe(std::string channel, std::function<void(std::string_view)> on_message) {
+    sub_channel_ = std::move(channel);
+    on_message_ = std::move(on_message);
+  }
+  // Where it connects (or is connected) now.
+  const config::endpoint& endpoint() const { return endpoint_; }
 
  private:
   struct pending {
@@ -65,6 +80,7 @@ class connection : public std::enable_shared_from_this<connection> {
   static void on_reply(redisAsyncContext* ac, void* r, void* privdata);
   static void on_connect(const redisAsyncContext* ac, int status);
   static void on_disconnect(const redisAsyncContext* ac, int status);
+  static void on_message(redisAsyncContext* ac, void* r, void* privdata);
 
   // Does what the connect state machine asked for.
   void run(const connect_action& a);
@@ -96,6 +112,8 @@ class connection : public std::enable_shared_from_this<connection> {
   bool deadline_armed_ = false;
   boost::asio::steady_timer reconnect_timer_;
   obs::error_log_limiter error_log_;
+  std::string sub_channel_;
+  std::function<void(std::string_view)> on_message_;
 };
 
 }  // namespace fg::redis

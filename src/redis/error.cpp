@@ -15,6 +15,7 @@ class redis_category : public boost::system::error_category {
       case errc::timeout: return "Redis command timed out";
       case errc::disconnected: return "Redis connection lost";
       case errc::protocol: return "unexpected Redis reply";
+      case errc::cluster: return "Redis Cluster did not serve the slot";
     }
     return "unknown";
   }

@@ -2,6 +2,7 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <spdlog/spdlog.h>
@@ -48,7 +49,7 @@ struct sentinel::state : std::enable_shared_from_this<state> {
 
   asio::any_io_executor ex;
   std::string master_name;
-  std::vector<std::shared_ptr<connection>> sentinels;
+  std::vector<std::shared_ptr<connection>> sentinels, subscribers;
   std::optional<config::endpoint> master;
   std::function<void()> moved;
   asio::steady_timer timer;
@@ -100,6 +101,19 @@ sentinel::sentinel(asio::any_io_executor ex, const config::redis_config& cfg)
     auto c = std::make_shared<connection>(ex, sentinel_config(cfg, at), std::string());
     c->start();
     state_->sentinels.push_back(std::move(c));
+    // "+switch-master <name> <old ip> <old port> <new ip> <new port>": ask again now.
+    auto sub = std::make_shared<connection>(ex, sentinel_config(cfg, at), std::string());
+    sub->subscribe("+switch-master", [w = std::weak_ptr<state>(state_)](std::string_view msg) {
+      auto s = w.lock();
+      if (!s || !msg.starts_with(s->master_name) || msg.size() <= s->master_name.size() ||
+          msg[s->master_name.size()] != ' ')
+        return;
+      sentinel_events::switch_master.fetch_add(1, std::memory_order_relaxed);
+      // (not from inside the subscriber's callback)
+      asio::post(s->ex, [s] { s->ask(); });
+    });
+    sub->start();
+    state_->subscribers.push_back(std::move(sub));
   }
   state_->ask();
 }
@@ -111,6 +125,7 @@ void sentinel::stop() {
   state_->stopped = true;
   state_->timer.cancel();
   for (auto& s : state_->sentinels) s->stop();
+  for (auto& s : state_->subscribers) s->stop();
 }
 
 std::vector<config::endpoint> sentinel::seeds() const {

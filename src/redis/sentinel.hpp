@@ -19,14 +19,17 @@ namespace fg::redis {
 struct sentinel_events {
   static inline std::atomic<std::uint64_t> master_changes{0};
   static inline std::atomic<std::uint64_t> not_master{0};
+  static inline std::atomic<std::uint64_t> switch_master{0};  // +switch-master messages for our master
 };
 
 // redis.mode: sentinel. The master is whatever the sentinels in redis.addresses say
 // `master_name` is (SENTINEL get-master-addr-by-name, asked of each in turn until one
 // answers), asked at the start, again at once when the connection to the master is
 // lost or the server says it is not a master (ROLE, on every connect), and every 500
-// ms while connected, so that a failover (SENTINEL FAILOVER, or a master that died) is
-// followed within a second: the connection is told to move. Sentinels are reached
+// ms while connected, and at once when a sentinel publishes +switch-master for it (each
+// sentinel has a subscriber connection too), so that a failover (SENTINEL FAILOVER, or
+// a master that died) is followed at once, within a poll at worst: the connection is
+// told to move. Sentinels are reached
 // with redis.sentinel_username / sentinel_password (the master with username /
 // password). Per connection, on its executor.
 class sentinel final : public topology {

@@ -40,6 +40,21 @@ inline std::string_view trim(std::string_view s) {
 
 // Copies `s` to `p` and returns the end: for text written straight into space reserved
 // up front (one resize, then puts) instead of one append per piece.
+// An HTTP token (RFC 9110 tchar+): a header name, a method.
+inline bool is_token(std::string_view s) {
+  static constexpr std::string_view extra = "!#$%&'*+-.^_`|~";
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || extra.find(c) != std::string_view::npos;
+  });
+}
+
+// A configuration name (route, upstream, limit): 1-64 letters, digits, - _ .
+inline bool is_name(std::string_view s) {
+  return !s.empty() && s.size() <= 64 && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+  });
+}
+
 inline char* put(char* p, std::string_view s) {
   if (!s.empty()) std::memcpy(p, s.data(), s.size());  // an empty view's data may be null
   return p + s.size();

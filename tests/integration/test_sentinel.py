@@ -122,6 +122,9 @@ def follows(gateway_factory, redis_sentinel, move):
     # /readyz is above)
     assert wait_until(lambda: value(scrape(g)[0], "floodgate_redis_sentinel_events_total",
                                     event="master_changed") >= 2, 5)
+    # The sentinels announced it (+switch-master, to each worker's subscribers, 3 sentinels each).
+    assert wait_until(lambda: value(scrape(g)[0], "floodgate_redis_sentinel_events_total",
+                                    event="switch_master") >= 2, 5)
     return followed
 
 

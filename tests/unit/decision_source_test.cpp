@@ -325,7 +325,7 @@ TEST_CASE("lease_guard: a request whose handling throws gives its concurrency le
   auto conn = std::make_shared<fg::redis::connection>(ioc.get_executor(), rc, fg::limit::limiter_script);
   conn->start();
   fg::limit::redis_batcher batcher(ioc.get_executor(), conn);
-  fg::limit::redis_source redis(batcher, conn, "test-");
+  fg::limit::redis_source redis(batcher, "test-");
   fg::limit::memory_store store;
   fg::limit::memory_source mem(store);
   fg::limit::policy p(redis, mem, nullptr, 0);

@@ -15,6 +15,7 @@
 #include "limit/decision.hpp"
 #include "limit/headers.hpp"
 #include "limit/keys.hpp"
+#include "redis/slots.hpp"
 #include "limit/memory_store.hpp"
 #include "limit/redis_store.hpp"
 #include "redis/connection.hpp"
@@ -812,6 +813,27 @@ TEST_CASE("build_key: sources and the exact format", "[limit]") {
 
   auto v6 = parts(h, "2001:db8::/64");
   CHECK(build_key("fg:", "api", keyed({{kind::ip, {}}}), v6) == "fg:{api:l:2001%3Adb8%3A%3A/64}");
+}
+
+TEST_CASE("build_key: the cluster form tags the route and the identity, not the limit", "[limit]") {
+  header_map h{{"X-Api-Key", "abc"}};
+  auto r = parts(h, "1.2.3.4");
+  using fg::limit::build_key;
+  CHECK(build_key("fg:", "api", keyed({{kind::ip, {}}}, cfg::on_missing_key::anonymous, "per-ip"), r, true) ==
+        "fg:{api:1.2.3.4}:per-ip");
+  CHECK(build_key("fg:", "api", keyed({{kind::global, {}}}, cfg::on_missing_key::anonymous, "all"), r, true) ==
+        "fg:{api:*}:all");
+  // Two limits on one identity share a slot; a global one is elsewhere.
+  auto a = *build_key("fg:", "api", keyed({{kind::ip, {}}}, cfg::on_missing_key::anonymous, "burst"), r, true);
+  auto b = *build_key("fg:", "api", keyed({{kind::ip, {}}}, cfg::on_missing_key::anonymous, "hourly"), r, true);
+  CHECK(fg::redis::key_slot(a) == fg::redis::key_slot(b));
+  CHECK(fg::redis::hash_tag(a) == "api:1.2.3.4");
+  // A long identity is hashed inside the tag, as in the standalone form.
+  header_map big{{"X-Api-Key", std::string(300, 'k')}};
+  auto k = *build_key("", "r", keyed({{kind::header, "X-Api-Key"}}), parts(big), true);
+  CHECK(k.starts_with("{r:%") == true);
+  CHECK(k.ends_with("}:l") == true);
+  CHECK(k.size() == std::string("{r:").size() + 33 + std::string("}:l").size());
 }
 
 TEST_CASE("build_key: unsafe characters are percent-encoded", "[limit]") {

@@ -1,0 +1,241 @@
+#include "limit/cluster_batcher.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <hiredis/hiredis.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "obs/metrics.hpp"
+#include "redis/cluster.hpp"
+#include "redis/slots.hpp"
+
+namespace fg::limit {
+
+namespace asio = boost::asio;
+using error_code = boost::system::error_code;
+
+struct cluster_batcher::batch {
+  struct waiter {
+    std::span<const check> checks;
+    std::span<decision> out;
+    script_call::slot slot;
+    handler resume;
+    error_code ec{};
+  };
+  std::uint16_t slot = 0;
+  script_call call;
+  std::vector<waiter> waiters;
+};
+
+// What a call's completion needs of its batcher, which may be gone by then.
+struct cluster_batcher::flow {
+  cluster_batcher* owner = nullptr;
+  std::vector<unsigned> in_flight;  // per lane: calls of its round not answered yet
+  std::int64_t rtt_us = 0;
+};
+
+// A request whose checks span slots: one part per slot, each a copy of its checks (in
+// the request's order) and their decisions.
+struct cluster_batcher::split {
+  struct part {
+    std::uint16_t slot;
+    std::vector<check> checks;
+    std::vector<decision> out;
+    std::vector<std::size_t> index;  // the request's check each one is
+    error_code ec{};
+  };
+  // (Constructed with its handler: Boost 1.81's any_completion_handler move assignment
+  // recurses without end.)
+  split(std::span<decision> o, std::string_view n, handler h) : out(o), nonce(n), resume(std::move(h)) {}
+  std::span<decision> out;
+  std::string_view nonce;
+  std::vector<part> parts;
+  std::size_t left = 0;
+  handler resume;
+};
+
+cluster_batcher::cluster_batcher(asio::any_io_executor ex, std::shared_ptr<redis::cluster_client> c,
+                                 std::size_t max_batch, resume_scope scope)
+    : ex_(std::move(ex)), client_(std::move(c)), max_batch_(max_batch), scope_(scope),
+      flow_(std::make_shared<flow>()) {
+  flow_->owner = this;
+}
+
+cluster_batcher::~cluster_batcher() { flow_->owner = nullptr; }
+
+std::int64_t cluster_batcher::round_trip_ms() const { return (flow_->rtt_us + 999) / 1000; }
+
+void cluster_batcher::send(std::string_view key, const std::vector<std::string>& args) {
+  client_->send(redis::key_slot(key), args, {});
+}
+
+std::size_t cluster_batcher::member_index(std::span<const check> checks, std::size_t i) const {
+  // Its place among the request's checks of its own slot: the index its part's call used.
+  const auto slot = redis::key_slot(checks[i].key);
+  std::size_t n = 0;
+  for (std::size_t j = 0; j < i; ++j) n += redis::key_slot(checks[j].key) == slot;
+  return n;
+}
+
+void cluster_batcher::add(std::uint16_t slot, std::span<const check> checks, std::string_view nonce,
+                          std::span<decision> out, handler resume) {
+  const auto node = client_->node_of(slot);
+  const std::size_t lane = node == redis::cluster_client::npos ? 0 : node + 1;
+  if (lane >= lanes_.size()) {
+    lanes_.resize(lane + 1);
+    flow_->in_flight.resize(lane + 1, 0);
+  }
+  auto& b = lanes_[lane].open[slot];
+  if (!b) {
+    b = std::make_unique<batch>();
+    b->slot = slot;
+  }
+  auto at = b->call.add(checks, nonce);
+  b->waiters.push_back({checks, out, at, std::move(resume)});
+  if (b->waiters.size() >= max_batch_) {
+    // Full: goes now, in flight or not.
+    auto full = std::move(b);
+    lanes_[lane].open.erase(slot);
+    send_batch(lane, std::move(full));
+    return;
+  }
+  schedule_flush(lane);
+}
+
+void cluster_batcher::schedule_flush(std::size_t lane) {
+  auto& l = lanes_[lane];
+  if (l.posted || flow_->in_flight[lane] > 0 || l.open.empty()) return;
+  l.posted = true;
+  // At the end of this turn of the event loop: every request that becomes ready in it
+  // joins its slot's call.
+  asio::post(ex_, [this, lane] {
+    lanes_[lane].posted = false;
+    if (flow_->in_flight[lane] == 0) flush(lane);
+  });
+}
+
+void cluster_batcher::flush(std::size_t lane) {
+  auto open = std::move(lanes_[lane].open);
+  lanes_[lane].open.clear();
+  for (auto& [slot, b] : open) send_batch(lane, std::move(b));
+}
+
+void cluster_batcher::send_batch(std::size_t lane, std::unique_ptr<batch> owned) {
+  auto b = std::shared_ptr<batch>(std::move(owned));
+  auto [argc, args] = b->call.finish();
+  ++flow_->in_flight[lane];
+  const auto sent = std::chrono::steady_clock::now();
+  if (metrics_) metrics_->store_call(b->waiters.size());
+  auto* metrics = metrics_;
+  client_->eval(b->slot, argc, std::move(args), [b, lane, ex = ex_, flow = flow_, sent, scope = scope_, metrics](
+                                                     error_code ec, const redisReply* r) {
+    if (!ec) {
+      auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - sent).count();
+      flow->rtt_us += (us - flow->rtt_us) / 8;
+      if (metrics) metrics->store_time(static_cast<std::uint64_t>(us));
+    }
+    if (!ec && !b->call.read(r)) ec = redis::make_error_code(redis::errc::protocol);
+    if (ec && metrics) metrics->store_error(cause_of(ec));
+    for (auto& w : b->waiters) {
+      w.ec = ec;
+      if (!ec) b->call.decisions(w.slot, w.checks, w.out);
+    }
+    // The requests go on from the event loop, not from inside hiredis' callback.
+    asio::post(ex, [b, scope] {
+      auto resume = [](void* p) {
+        for (auto& w : static_cast<batch*>(p)->waiters) std::move(w.resume)(w.ec);
+      };
+      if (scope) scope(b->waiters.size(), resume, b.get());
+      else resume(b.get());
+    });
+    --flow->in_flight[lane];
+    if (flow->owner && flow->in_flight[lane] == 0) flow->owner->schedule_flush(lane);
+  });
+}
+
+void cluster_batcher::evaluate_split(std::span<const check> checks, std::string_view nonce, std::span<decision> out,
+                                     handler resume) {
+  auto s = std::make_shared<split>(out, nonce, std::move(resume));
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const auto slot = redis::key_slot(checks[i].key);
+    auto p = std::find_if(s->parts.begin(), s->parts.end(), [&](const auto& x) { return x.slot == slot; });
+    if (p == s->parts.end()) p = s->parts.insert(s->parts.end(), split::part{slot, {}, {}, {}});
+    p->checks.push_back(checks[i]);
+    p->index.push_back(i);
+  }
+  s->left = s->parts.size();
+  for (std::size_t n = 0; n < s->parts.size(); ++n) {
+    auto& p = s->parts[n];
+    p.out.resize(p.checks.size());
+    add(p.slot, p.checks, nonce, p.out, [this, s, n, flow = flow_](error_code ec) {
+      s->parts[n].ec = ec;
+      if (--s->left > 0) return;
+      // Every slot has answered: the request's decisions, and what to give back.
+      error_code first{};
+      bool denied = false;
+      for (auto& part : s->parts) {
+        if (part.ec) {
+          if (!first) first = part.ec;
+          continue;
+        }
+        for (std::size_t j = 0; j < part.checks.size(); ++j) {
+          s->out[part.index[j]] = part.out[j];
+          denied = denied || (!part.out[j].allowed && !part.checks[j].cfg->shadow);
+        }
+      }
+      if ((denied || first) && flow->owner)
+        for (auto& part : s->parts)
+          if (!part.ec) refund(part.slot, part.checks, part.out, s->nonce);
+      std::move(s->resume)(first);
+    });
+  }
+}
+
+void cluster_batcher::refund(std::uint16_t slot, const std::vector<check>& checks, const std::vector<decision>& got,
+                             std::string_view nonce) {
+  // A slot's call recorded its admitting checks unless one of its own, not in shadow
+  // mode, denied (lua/evaluate.lua): then there is nothing to give back.
+  for (std::size_t j = 0; j < checks.size(); ++j)
+    if (!got[j].allowed && !checks[j].cfg->shadow) return;
+  std::vector<check> back(checks);
+  bool any = false;
+  for (std::size_t j = 0; j < back.size(); ++j) {
+    if (!got[j].allowed) back[j].cost = 0;
+    any = any || back[j].cost > 0;
+  }
+  if (!any) return;
+  script_call call;
+  call.add(back, nonce);
+  auto [argc, args] = call.finish(script_call::mode::refund);
+  refunds.fetch_add(1, std::memory_order_relaxed);
+  client_->eval(slot, argc, std::move(args), [](error_code ec, const redisReply* r) {
+    if (!ec && !(r && r->type == REDIS_REPLY_ERROR)) return;
+    // At most one line a second, whatever fails.
+    static std::atomic<std::int64_t> last{0};
+    const auto now = std::chrono::duration_cast<std::chrono::seconds>(
+                         std::chrono::steady_clock::now().time_since_epoch()).count();
+    if (last.exchange(now) != now)
+      spdlog::warn("Redis Cluster: a refund failed ({}): what it was to give back expires with its window",
+                   ec ? ec.message() : std::string(r->str, r->len));
+  });
+}
+
+asio::awaitable<std::tuple<error_code>> cluster_batcher::evaluate(std::span<const check> checks,
+                                                                  std::string_view nonce, std::span<decision> out) {
+  auto init = [this, checks, nonce, out](auto h) {
+    handler resume(std::move(h));
+    const auto slot = checks.empty() ? std::uint16_t{0} : redis::key_slot(checks.front().key);
+    const bool one = std::all_of(checks.begin(), checks.end(),
+                                 [&](const check& c) { return redis::key_slot(c.key) == slot; });
+    if (one) add(slot, checks, nonce, out, std::move(resume));
+    else evaluate_split(checks, nonce, out, std::move(resume));
+  };
+  constexpr auto token = asio::as_tuple(asio::use_awaitable);
+  return asio::async_initiate<decltype(token), void(error_code)>(std::move(init), token);
+}
+
+}  // namespace fg::limit

@@ -1,0 +1,75 @@
+#pragma once
+#include <boost/asio/any_completion_handler.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "limit/redis_store.hpp"
+
+namespace fg::redis { class cluster_client; }
+
+namespace fg::limit {
+
+// redis_batcher's counterpart on a Redis Cluster. A script call's keys must share a
+// slot, so the requests of one event-loop turn are grouped by slot, one call per slot,
+// and those calls by master: one round of calls in flight per master (the rule of
+// redis_batcher's one connection), the next round gathering meanwhile. A request whose
+// limits share a slot (keys are "{route:identity}:limit", so a route's limits on one
+// identity do) is decided atomically in one call, as on one Redis. One whose limits
+// span slots (a per-IP limit beside a global one) is decided slot by slot, and if a
+// limit not in shadow mode denies, or a slot's call fails, what the other slots
+// admitted is given back (a refund call: the script's inverse of each algorithm). The
+// worst case: never an admission past a limit; for about one round trip a refunded
+// amount is held, so that another request may be denied that would have been admitted;
+// a gateway that dies between the two calls leaves what it took to expire with its
+// window. Per worker.
+class cluster_batcher final : public redis_evaluator {
+ public:
+  using resume_scope = redis_batcher::resume_scope;
+  cluster_batcher(boost::asio::any_io_executor ex, std::shared_ptr<redis::cluster_client> c,
+                  std::size_t max_batch = 128, resume_scope scope = nullptr);
+  ~cluster_batcher() override;
+  boost::asio::awaitable<std::tuple<boost::system::error_code>> evaluate(std::span<const check> checks,
+                                                                         std::string_view nonce,
+                                                                         std::span<decision> out) override;
+  void send(std::string_view key, const std::vector<std::string>& args) override;
+  std::size_t member_index(std::span<const check> checks, std::size_t i) const override;
+  void set_metrics(obs::worker_metrics* m) override { metrics_ = m; }
+  std::int64_t round_trip_ms() const override;
+  // Refund calls sent by every cluster batcher of the process (for the metrics).
+  static inline std::atomic<std::uint64_t> refunds{0};
+
+ private:
+  struct batch;
+  struct split;
+  struct flow;
+  using handler = boost::asio::any_completion_handler<void(boost::system::error_code)>;
+  // Joins `checks` (all of slot `slot`) to that slot's open batch.
+  void add(std::uint16_t slot, std::span<const check> checks, std::string_view nonce, std::span<decision> out,
+           handler resume);
+  void flush(std::size_t lane);
+  void send_batch(std::size_t lane, std::unique_ptr<batch> b);
+  void schedule_flush(std::size_t lane);
+  void evaluate_split(std::span<const check> checks, std::string_view nonce, std::span<decision> out, handler resume);
+  void refund(std::uint16_t slot, const std::vector<check>& checks, const std::vector<decision>& got,
+              std::string_view nonce);
+
+  boost::asio::any_io_executor ex_;
+  std::shared_ptr<redis::cluster_client> client_;
+  std::size_t max_batch_;
+  resume_scope scope_;
+  obs::worker_metrics* metrics_ = nullptr;
+  // Per lane (a master, by cluster_client::node_of, + 1; lane 0 for slots no master
+  // serves yet): the open batches by slot.
+  struct lane {
+    std::unordered_map<std::uint16_t, std::unique_ptr<batch>> open;
+    bool posted = false;
+  };
+  std::vector<lane> lanes_;
+  std::shared_ptr<flow> flow_;
+};
+
+}  // namespace fg::limit

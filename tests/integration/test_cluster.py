@@ -1,0 +1,397 @@
+"""redis.mode: cluster against a real Redis Cluster (3 masters, a replica each, made by
+redis-cli --cluster create): exact limits from 3 gateways for every algorithm, per-client
+keys on every master, limits of one request on different slots that deny without
+consuming each other, resharding and a killed master under load, and no key without a
+TTL on any node after each test."""
+import threading
+import time
+
+import pytest
+
+from conftest import get, read_response, wait_until
+from test_admin import admin_get, with_admin
+from test_metrics import scrape, value
+from test_redis import hammer, limit
+
+
+def routes(limits, on_error="allow"):
+    return f"""  - name: r
+    match:
+      path_prefix: /limited
+    upstream: api
+    on_store_error: {on_error}
+    limits:
+{limits}
+  - name: rest
+    match:
+      path_prefix: /
+    upstream: api
+"""
+
+
+def start(gateway_factory, cluster, limits, workers=2, on_error="allow", seeds=1):
+    addresses = '", "'.join(s.address for s in cluster.servers[:seeds])
+    g = with_admin(lambda extra: gateway_factory(
+        store="redis", redis=addresses, routes=routes(limits, on_error), extra=extra, workers=workers,
+        redis_extra="  mode: cluster\n"))
+    assert wait_until(lambda: admin_get(g, "/readyz").status == 200, 10), g.log_text()
+    return g
+
+
+def client(g, name, n, path="/limited"):
+    out = []
+    with g.connect() as s:
+        for _ in range(n):
+            s.sendall(get(path, extra=f"X-Client: {name}\r\n"))
+            out.append(read_response(s).status)
+    return out
+
+
+def keys(cluster, port, pattern="fgtest:*"):
+    return [k for k in cluster.server(port).cli("--scan", "--pattern", pattern).splitlines() if k]
+
+
+def all_keys(cluster):
+    """{key: port} over the live masters."""
+    out = {}
+    for m in cluster.masters():
+        for k in keys(cluster, m.port):
+            out[k] = m.port
+    return out
+
+
+def assert_every_key_has_a_ttl(cluster):
+    """On every live node, replicas too (READONLY lets a replica answer for its keys)."""
+    import subprocess
+    for s in cluster.live():
+        ks = keys(cluster, s.port)
+        if not ks:
+            continue
+        script = "READONLY\n" + "".join(f"PTTL {k}\n" for k in ks)
+        out = subprocess.run(["redis-cli", "-p", str(s.port)], input=script, capture_output=True, text=True,
+                             timeout=30).stdout.split()
+        assert out[0] == "OK", out[:3]
+        for k, ttl in zip(ks, out[1:]):
+            assert int(ttl) != -1, f"{k} on {s.port} has no TTL"
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory):
+    """One cluster for the tests that leave its nodes and slots as they found them."""
+    from conftest import RedisCluster
+    c = RedisCluster(tmp_path_factory.mktemp("cluster"))
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture
+def cluster(shared_cluster):
+    for m in shared_cluster.masters():
+        shared_cluster.cli(m.port, "flushall")
+    yield shared_cluster
+    assert_every_key_has_a_ttl(shared_cluster)
+
+
+@pytest.fixture
+def own_cluster(redis_cluster):
+    """A cluster of the test's own (it reshards, or kills a master)."""
+    yield redis_cluster
+    assert_every_key_has_a_ttl(redis_cluster)
+
+
+class Load:
+    """Keep-alive clients sending requests until stopped, each request a new client (a
+    key in a new slot, so every master and every slot being moved is hit), statuses
+    counted."""
+
+    def __init__(self, g, threads=4, prefix="load", names=None):
+        self.g, self.prefix, self.stopped, self.statuses, self.lock = g, prefix, threading.Event(), [], threading.Lock()
+        self.names = names  # clients to take in turn instead of a new one per request
+        self.threads = [threading.Thread(target=self.run, args=(i,)) for i in range(threads)]
+        for t in self.threads:
+            t.start()
+
+    def run(self, i):
+        with self.g.connect(timeout=30) as s:
+            n = 0
+            while not self.stopped.is_set():
+                n += 1
+                name = f"{self.prefix}-{i}-{n}" if not self.names else self.names[(n * 4 + i) % len(self.names)]
+                s.sendall(get("/limited", extra=f"X-Client: {name}\r\n"))
+                st = read_response(s).status
+                with self.lock:
+                    self.statuses.append(st)
+
+    def stop(self):
+        self.stopped.set()
+        for t in self.threads:
+            t.join()
+        return self.statuses
+
+
+def events(g):
+    series, _ = scrape(g)
+    return {e: value(series, "floodgate_redis_cluster_events_total", event=e)
+            for e in ("moved", "ask", "refresh", "refresh_failed", "try_again", "cluster_down", "refund")}
+
+
+def _crc16_table():
+    table = []
+    for i in range(256):
+        crc = i << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+        table.append(crc & 0xFFFF)
+    return table
+
+
+CRC16_TABLE = _crc16_table()
+
+
+def crc16(data):
+    """CRC-16/XMODEM, Redis Cluster's key hash (the test's own, to pick keys by slot)."""
+    crc = 0
+    for b in data:
+        crc = ((crc << 8) & 0xFFFF) ^ CRC16_TABLE[(crc >> 8) ^ b]
+    return crc
+
+
+def names_in_slots(slots, n, prefix):
+    """`n` client names whose key on route r ("{r:NAME}") is in one of `slots`."""
+    out, i = [], 0
+    while len(out) < n:
+        name = f"{prefix}{i}"
+        if crc16(f"r:{name}".encode()) % 16384 in slots:
+            out.append(name)
+        i += 1
+    return out
+
+
+def slot(cluster, key):
+    return int(cluster.cli(cluster.servers[0].port, "cluster", "keyslot", key))
+
+
+PER_CLIENT = limit("fixed_window", key="header:X-Client", limit=5, window="1h")
+
+
+def test_the_map_comes_from_one_seed_and_keys_are_tagged_by_route_and_client(gateway_factory, cluster):
+    g = start(gateway_factory, cluster, PER_CLIENT)
+    assert client(g, "a", 7) == [200] * 5 + [429] * 2
+    assert list(all_keys(cluster)) == ["fgtest:{r:a}:l"]
+    series, _ = scrape(g)
+    masters = sorted(f"127.0.0.1:{m.port}" for m in cluster.masters())
+    for m in masters:
+        # every master, connected on both workers
+        assert value(series, "floodgate_redis_cluster_master_connections", node=m) == 2, series
+    assert value(series, "floodgate_redis_cluster_workers") == 2
+
+
+ALGOS = {
+    "fixed_window": dict(limit=100, window="1m"),
+    "sliding_log": dict(limit=100, window="1m"),
+    "sliding_window": dict(limit=100, window="1m"),
+    "token_bucket": dict(rate="1/m", burst=100),
+    "gcra": dict(rate="1/m", burst=100),
+}
+
+
+@pytest.mark.parametrize("algo", list(ALGOS))
+def test_three_gateways_admit_exactly_the_limit(gateway_factory, cluster, algo):
+    gws = [start(gateway_factory, cluster, limit(algo, key="global", **ALGOS[algo])) for _ in range(3)]
+    statuses = hammer(gws, 640)
+    assert len(statuses) == 640
+    assert statuses.count(200) == 100, (algo, statuses.count(200))
+    assert statuses.count(429) == 540
+
+
+@pytest.mark.parametrize("algo", list(ALGOS))
+def test_per_client_limits_are_exact_from_three_gateways_with_keys_on_every_master(gateway_factory, cluster, algo):
+    quota = {k: (v // 10 if isinstance(v, int) else v) for k, v in ALGOS[algo].items()}
+    gws = [start(gateway_factory, cluster, limit(algo, key="header:X-Client", **quota)) for _ in range(3)]
+    clients = [f"c{i}" for i in range(30)]
+    got = {c: 0 for c in clients}
+    lock = threading.Lock()
+
+    def run(c):
+        n = 0
+        for i in range(24):  # 8 from each gateway, interleaved
+            g = gws[i % 3]
+            with g.connect() as s:
+                s.sendall(get("/limited", extra=f"X-Client: {c}\r\n"))
+                n += read_response(s).status == 200
+        with lock:
+            got[c] = n
+    ts = [threading.Thread(target=run, args=(c,)) for c in clients]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert set(got.values()) == {10}, got
+    where = all_keys(cluster)
+    assert len(where) == 30
+    assert set(where.values()) == {m.port for m in cluster.masters()}, where
+
+
+SLOTS_APART = ["fixed_window", "sliding_log", "sliding_window", "token_bucket", "gcra", "concurrency"]
+
+
+def per_client(algo, quota=3):
+    if algo in ("token_bucket", "gcra"):
+        return limit(algo, name="per", key="header:X-Client", rate="1/m", burst=quota)
+    if algo == "concurrency":
+        return limit(algo, name="per", key="header:X-Client", limit=quota)
+    return limit(algo, name="per", key="header:X-Client", limit=quota, window="1h")
+
+
+@pytest.mark.parametrize("algo", SLOTS_APART)
+def test_a_denial_on_one_slot_consumes_nothing_on_the_other(gateway_factory, cluster, algo):
+    """A per-client limit and a global one are on two slots: each denial is decided on
+    its own slot, and what the other slot admitted is given back."""
+    limits = per_client(algo) + limit("fixed_window", name="all", key="global", limit=6, window="1h")
+    g = start(gateway_factory, cluster, limits)
+    assert slot(cluster, "fgtest:{r:a}:per") != slot(cluster, "fgtest:{r:*}:all")
+    # The per-client limit denies a's 4th and 5th: the global one counts 3, not 5.
+    if algo == "concurrency":
+        # (three held at once would need slow responses: one at a time, all admitted)
+        assert client(g, "a", 3) == [200] * 3
+    else:
+        assert client(g, "a", 5) == [200] * 3 + [429] * 2
+    r = admin_get(g, "/limits?route=r&header.X-Client=b").json()
+    assert next(l for l in r["limits"] if l["name"] == "all")["remaining"] == 3, r
+    # Exhaust the global limit; then c's request is denied by it, and c's own limit is
+    # given back what it took.
+    assert client(g, "b", 3) == [200] * 3
+    assert client(g, "c", 1) == [429]
+    r = admin_get(g, "/limits?route=r&header.X-Client=c").json()
+    per = next(l for l in r["limits"] if l["name"] == "per")
+    assert per["remaining"] == 3, r
+    # a's 4th and c's (a's 5th was denied by the deny cache: no call, nothing taken)
+    assert events(g)["refund"] == (1 if algo == "concurrency" else 2)
+
+
+def test_resharding_under_load(gateway_factory, own_cluster):
+    cluster = own_cluster
+    """Slots move (redis-cli --cluster reshard) while the gateway serves: MOVED and ASK are
+    followed, no request fails but by on_store_error, no limit is exceeded."""
+    g = start(gateway_factory, cluster, PER_CLIENT, on_error="deny")
+    masters = cluster.masters()
+    # redis-cli takes the slots to move from the start of the source's ranges. They are
+    # filled with keys (the move of each then takes a while), and the load goes to them
+    # too: a new key in a slot being moved is ASKed to the importing node.
+    first = min(f for f, _ in masters[0].slots)
+    moving = set(range(first, first + 20))
+    tags, i = {}, 0
+    while len(tags) < len(moving):  # a hash tag for each moving slot
+        i += 1
+        if (at := crc16(f"t{i}".encode()) % 16384) in moving:
+            tags.setdefault(at, f"t{i}")
+    resp = "".join(f"*5\r\n$3\r\nSET\r\n${len(k)}\r\n{k}\r\n$1\r\n1\r\n$2\r\nPX\r\n$6\r\n600000\r\n"
+                   for k in (f"fgtest:{{{tag}}}:filler{j}" for tag in tags.values() for j in range(1000)))
+    import subprocess
+    subprocess.run(["redis-cli", "-p", str(masters[0].port), "--pipe"], input=resp, capture_output=True, text=True,
+                   timeout=60, check=True)
+    moving_names = names_in_slots(moving, 300, "m")
+    load = Load(g, names=None)
+    new_keys = Load(g, threads=2, prefix="n", names=moving_names)
+    fixed = {c: 0 for c in names_in_slots(moving, 40, "k")}
+    stop = threading.Event()
+
+    def limited():
+        # Clients with a limit of 5, on the moving slots, keep asking through the move.
+        while not stop.is_set():
+            for c in fixed:
+                st = client(g, c, 1)[0]
+                assert st in (200, 429, 503), st
+                fixed[c] += st == 200
+    t = threading.Thread(target=limited)
+    t.start()
+    try:
+        time.sleep(0.3)
+        cluster.reshard(masters[0].port, masters[1].port, 20)
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        t.join()
+        statuses = load.stop()
+        moved_statuses = new_keys.stop()
+    # (the new-key load's clients come round again: some of them reach their limit)
+    assert set(moved_statuses) <= {200, 429, 503}
+    statuses += [st for st in moved_statuses if st != 429]
+    counts = {s: statuses.count(s) for s in set(statuses)}
+    ev = events(g)
+    series, _ = scrape(g)
+    errors = sum(value(series, "floodgate_store_errors_total", cause=c)
+                 for c in ("timeout", "disconnected", "not_connected", "protocol", "other"))
+    # Only on_store_error (deny: 503) may fail a request, and each such is a counted error.
+    assert set(statuses) <= {200, 503}, counts
+    assert counts.get(503, 0) <= errors
+    assert counts.get(200, 0) > 100, counts
+    assert max(fixed.values()) <= 5, fixed
+    print("resharding:", counts, ev, "store errors", errors, "limited clients max", max(fixed.values()))
+    assert ev["moved"] > 0 and ev["ask"] > 0, ev
+    assert ev["refresh"] > 0
+    # Settled: everything is served by the new owners.
+    assert client(g, "after", 6) == [200] * 5 + [429]
+    assert admin_get(g, "/readyz").status == 200
+
+
+def test_a_killed_master_is_followed_within_10_s_of_the_promotion(gateway_factory, own_cluster):
+    cluster = own_cluster
+    g = start(gateway_factory, cluster, PER_CLIENT)
+    before = [c for c in (f"b{i}" for i in range(40))]
+    for c in before:
+        assert client(g, c, 5) == [200] * 5
+    load = Load(g)
+    try:
+        time.sleep(0.3)
+        killed, promoted = cluster.kill_master()
+        at = time.monotonic()
+        # Followed: /readyz (every worker connected to every master, the new one among
+        # them), and a new client's key lands on the promoted replica.
+        assert wait_until(lambda: admin_get(g, "/readyz").status == 200, 10), admin_get(g, "/readyz").body
+        n = [0]
+
+        def counted_on_promoted():
+            n[0] += 1
+            name = f"probe-{n[0]}"
+            client(g, name, 1)
+            return any(k == f"fgtest:{{r:{name}}}:l" for k in keys(cluster, promoted))
+        assert wait_until(counted_on_promoted, 10 - (time.monotonic() - at))
+        followed = time.monotonic() - at
+        assert followed < 10
+    finally:
+        statuses = load.stop()
+    assert statuses and set(statuses) <= {200}, {s: statuses.count(s) for s in set(statuses)}
+    # The limits hold afterwards, the counts from before came across with the replicas.
+    assert client(g, "after", 6) == [200] * 5 + [429]
+    for c in before:
+        assert client(g, c, 1) == [429], c
+    series, _ = scrape(g)
+    assert value(series, "floodgate_redis_cluster_master_connections", node=f"127.0.0.1:{promoted}") == 2
+    assert value(series, "floodgate_redis_cluster_master_connections", node=f"127.0.0.1:{killed}") == 0
+
+
+def test_a_nonzero_database_is_a_config_error_in_cluster_mode(tmp_path):
+    import subprocess
+    from conftest import BIN
+    cfg = tmp_path / "f.yaml"
+    cfg.write_text("""listen: "127.0.0.1:0"
+store: redis
+redis:
+  mode: cluster
+  addresses: ["127.0.0.1:7000"]
+  database: 2
+upstreams:
+  api:
+    address: "127.0.0.1:9"
+routes:
+  - name: all
+    match:
+      path_prefix: /
+    upstream: api
+""")
+    out = subprocess.run([BIN, "--check", "--config", str(cfg)], capture_output=True, text=True, timeout=10)
+    assert out.returncode != 0
+    assert f"{cfg}:6:" in out.stderr and "database must be 0" in out.stderr, out.stderr
