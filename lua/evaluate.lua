@@ -38,7 +38,20 @@ do
   end
 end
 
-local dry = v[4] == 1
+-- F is the mode (0 decide, 1 dry run, 2 refund) plus 16 times the number of keys that
+-- come last in ARGV instead of in KEYS (Redis Cluster: one call for the keys of many
+-- slots of one node, which Redis refuses as declared keys; the script carries the
+-- allow-cross-slot-keys flag there, see limit/script.hpp).
+local mode = v[4] % 16
+local dry = mode == 1
+do
+  local n = (v[4] - mode) / 16
+  if n > 0 then
+    local first = #ARGV - n
+    KEYS = {}
+    for i = 1, n do KEYS[i] = ARGV[first + i] end
+  end
+end
 local specs, shapes = {}, {}
 local at = 5
 for s = 1, v[2] do
@@ -80,7 +93,7 @@ end
 -- one slot per call): each entry is one request that was admitted here but denied by a
 -- limit in another slot, and each of its limits gives back its spec's cost (0: nothing,
 -- a limit that recorded nothing) of what that request took. Answers an empty string.
-if v[4] == 2 then
+if mode == 2 then
   local key_at, nonce_at = 1, 2
   for _ = 1, v[1] do
     local shape = shapes[v[at]]

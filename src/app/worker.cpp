@@ -70,7 +70,8 @@ std::unique_ptr<worker::limits_stack> worker::make_limits(const config::config& 
   limit::decision_source* store = memory_.get();
   if (cfg.store == config::store_kind::redis) {
     if (cfg.redis.mode == config::redis_mode::cluster) {
-      l->redis.cluster = std::make_shared<redis::cluster_client>(ioc_->get_executor(), cfg.redis, limit::limiter_script);
+      l->redis.cluster = std::make_shared<redis::cluster_client>(
+          ioc_->get_executor(), cfg.redis, std::string(limit::cluster_script_flags) + limit::limiter_script);
       l->batcher =
           std::make_unique<limit::cluster_batcher>(ioc_->get_executor(), l->redis.cluster, 128, &resume_with_sends);
     } else {

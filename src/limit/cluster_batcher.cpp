@@ -24,9 +24,12 @@ struct cluster_batcher::batch {
     std::span<decision> out;
     script_call::slot slot;
     handler resume;
+    std::uint16_t key_slot;  // the slot of its checks
+    std::string_view nonce;
     error_code ec{};
   };
-  std::uint16_t slot = 0;
+  std::uint16_t slot = 0;  // the first waiter's
+  bool mixed = false;      // its waiters' checks are on more than one slot
   script_call call;
   std::vector<waiter> waiters;
 };
@@ -89,18 +92,26 @@ void cluster_batcher::add(std::uint16_t slot, std::span<const check> checks, std
     lanes_.resize(lane + 1);
     flow_->in_flight.resize(lane + 1, 0);
   }
-  auto& b = lanes_[lane].open[slot];
+  auto& b = lanes_[lane].open;
   if (!b) {
     b = std::make_unique<batch>();
     b->slot = slot;
   }
+  // Requests of slots no master serves (yet) each go alone: they fail, or are redirected.
+  if (b->slot != slot && lane == 0) {
+    auto alone = std::make_unique<batch>();
+    alone->slot = slot;
+    auto at = alone->call.add(checks, nonce);
+    alone->waiters.push_back({checks, out, at, std::move(resume), slot, nonce});
+    send_batch(lane, std::move(alone));
+    return;
+  }
+  b->mixed = b->mixed || b->slot != slot;
   auto at = b->call.add(checks, nonce);
-  b->waiters.push_back({checks, out, at, std::move(resume)});
+  b->waiters.push_back({checks, out, at, std::move(resume), slot, nonce});
   if (b->waiters.size() >= max_batch_) {
     // Full: goes now, in flight or not.
-    auto full = std::move(b);
-    lanes_[lane].open.erase(slot);
-    send_batch(lane, std::move(full));
+    send_batch(lane, std::move(b));
     return;
   }
   schedule_flush(lane);
@@ -108,10 +119,10 @@ void cluster_batcher::add(std::uint16_t slot, std::span<const check> checks, std
 
 void cluster_batcher::schedule_flush(std::size_t lane) {
   auto& l = lanes_[lane];
-  if (l.posted || flow_->in_flight[lane] > 0 || l.open.empty()) return;
+  if (l.posted || flow_->in_flight[lane] > 0 || !l.open) return;
   l.posted = true;
   // At the end of this turn of the event loop: every request that becomes ready in it
-  // joins its slot's call.
+  // joins its master's call.
   asio::post(ex_, [this, lane] {
     lanes_[lane].posted = false;
     if (flow_->in_flight[lane] == 0) flush(lane);
@@ -119,20 +130,33 @@ void cluster_batcher::schedule_flush(std::size_t lane) {
 }
 
 void cluster_batcher::flush(std::size_t lane) {
-  auto open = std::move(lanes_[lane].open);
-  lanes_[lane].open.clear();
-  for (auto& [slot, b] : open) send_batch(lane, std::move(b));
+  if (auto b = std::move(lanes_[lane].open)) send_batch(lane, std::move(b));
 }
 
 void cluster_batcher::send_batch(std::size_t lane, std::unique_ptr<batch> owned) {
   auto b = std::shared_ptr<batch>(std::move(owned));
-  auto [argc, args] = b->call.finish();
+  // One slot: its keys declared, redirections followed. Several (of one master): the
+  // keys in ARGV, one call to the master; if it no longer serves them all (a stale map,
+  // a slot being moved), the script fails before it writes, and the call goes again
+  // slot by slot (resend_by_slot).
+  auto [argc, args] = b->call.finish(script_call::mode::decide, b->mixed);
   ++flow_->in_flight[lane];
   const auto sent = std::chrono::steady_clock::now();
   if (metrics_) metrics_->store_call(b->waiters.size());
   auto* metrics = metrics_;
-  client_->eval(b->slot, argc, std::move(args), [b, lane, ex = ex_, flow = flow_, sent, scope = scope_, metrics](
-                                                     error_code ec, const redisReply* r) {
+  auto done = [b, lane, ex = ex_, flow = flow_, sent, scope = scope_, metrics](error_code ec, const redisReply* r) {
+    if (!ec && b->mixed && r && r->type == REDIS_REPLY_ERROR) {
+      // Not decided: the same requests again, slot by slot (from the event loop).
+      splits.fetch_add(1, std::memory_order_relaxed);
+      asio::post(ex, [b, lane, flow] {
+        if (flow->owner) flow->owner->resend_by_slot(lane, *b);
+        else
+          for (auto& w : b->waiters) std::move(w.resume)(redis::make_error_code(redis::errc::disconnected));
+        --flow->in_flight[lane];
+        if (flow->owner && flow->in_flight[lane] == 0) flow->owner->schedule_flush(lane);
+      });
+      return;
+    }
     if (!ec) {
       auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - sent).count();
       flow->rtt_us += (us - flow->rtt_us) / 8;
@@ -154,7 +178,25 @@ void cluster_batcher::send_batch(std::size_t lane, std::unique_ptr<batch> owned)
     });
     --flow->in_flight[lane];
     if (flow->owner && flow->in_flight[lane] == 0) flow->owner->schedule_flush(lane);
-  });
+  };
+  if (b->mixed) client_->eval_at(lane - 1, argc, std::move(args), std::move(done));
+  else client_->eval(b->slot, argc, std::move(args), std::move(done));
+}
+
+void cluster_batcher::resend_by_slot(std::size_t lane, batch& b) {
+  client_->refresh_soon();
+  std::vector<std::unique_ptr<batch>> by_slot;
+  for (auto& w : b.waiters) {
+    auto it = std::find_if(by_slot.begin(), by_slot.end(), [&](const auto& x) { return x->slot == w.key_slot; });
+    if (it == by_slot.end()) {
+      by_slot.push_back(std::make_unique<batch>());
+      by_slot.back()->slot = w.key_slot;
+      it = by_slot.end() - 1;
+    }
+    auto at = (*it)->call.add(w.checks, w.nonce);
+    (*it)->waiters.push_back({w.checks, w.out, at, std::move(w.resume), w.key_slot, w.nonce});
+  }
+  for (auto& one : by_slot) send_batch(lane, std::move(one));
 }
 
 void cluster_batcher::evaluate_split(std::span<const check> checks, std::string_view nonce, std::span<decision> out,

@@ -104,14 +104,16 @@ script_call::slot script_call::add(std::span<const check> checks, std::string_vi
   return {entries_.size() - 1, 0};
 }
 
-std::pair<std::size_t, std::string> script_call::finish(mode m) {
+std::pair<std::size_t, std::string> script_call::finish(mode m, bool keys_in_argv) {
   std::string keys, blob, nonces;
   std::size_t keys_count = 0, nonce_count = 0;
   blob.reserve(32 + specs_.size() + shapes_.size() + 16 * entries_.size());
   append_int(blob, static_cast<std::int64_t>(entries_.size()));
   append_int(blob, static_cast<std::int64_t>(spec_ids_.size()));
   append_int(blob, static_cast<std::int64_t>(shape_ids_.size()));
-  append_int(blob, static_cast<std::int64_t>(m));
+  std::size_t all_keys = 0;
+  for (const auto& en : entries_) all_keys += en.checks.size();
+  append_int(blob, static_cast<std::int64_t>(m) + (keys_in_argv ? 16 * static_cast<std::int64_t>(all_keys) : 0));
   blob += specs_;
   blob += shapes_;
   for (const auto& en : entries_) {
@@ -126,10 +128,11 @@ std::pair<std::size_t, std::string> script_call::finish(mode m) {
   }
   std::string out;
   out.reserve(keys.size() + blob.size() + nonces.size() + 32);
-  append_count(out, keys_count);
-  out += keys;
+  append_count(out, keys_in_argv ? 0 : keys_count);
+  if (!keys_in_argv) out += keys;
   redis::append_bulk(out, blob);
   out += nonces;
+  if (keys_in_argv) out += keys;
   return {1 + keys_count + 1 + nonce_count, std::move(out)};
 }
 

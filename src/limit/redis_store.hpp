@@ -43,7 +43,9 @@ class script_call {
   // check's cost of it; the requests added must not be alike either).
   enum class mode : std::int64_t { decide = 0, dry_run = 1, refund = 2 };
   // The script's arguments (numkeys, KEYS, ARGV) as RESP bulk strings, and their count.
-  std::pair<std::size_t, std::string> finish(mode m = mode::decide);
+  // With `keys_in_argv` the keys go last in ARGV, none in KEYS (a cluster node's call
+  // for many slots: lua/evaluate.lua).
+  std::pair<std::size_t, std::string> finish(mode m = mode::decide, bool keys_in_argv = false);
   std::pair<std::size_t, std::string> finish(bool dry_run) { return finish(dry_run ? mode::dry_run : mode::decide); }
   // After finish(), on the script's reply: finds each entry's runs; false when the reply
   // is not what the script returns for this call. The reply must outlive decisions().

@@ -110,6 +110,15 @@ void cluster_client::eval(std::uint16_t slot, std::size_t argc, std::string args
   dispatch(std::move(c), node_of(slot), false);
 }
 
+void cluster_client::eval_at(std::size_t node, std::size_t argc, std::string args, raw_completion done) {
+  if (node >= nodes_.size() || !nodes_[node].conn) {
+    refresh_soon();
+    asio::post(ex_, [done = std::move(done)] { done(errc::not_connected, nullptr); });
+    return;
+  }
+  nodes_[node].conn->eval(argc, std::move(args), std::move(done));
+}
+
 void cluster_client::send(std::uint16_t slot, const std::vector<std::string>& args, completion done) {
   auto i = node_of(slot);
   if (i == npos || !nodes_[i].conn) {

@@ -61,6 +61,12 @@ class cluster_client : public std::enable_shared_from_this<cluster_client> {
   // EVALSHA of the script on the slot's master, redirections followed (see above).
   // `done` is called once, on a connection's stack (as connection::eval's).
   void eval(std::uint16_t slot, std::size_t argc, std::string args, raw_completion done);
+  // EVALSHA of the script on node `node` (node_of's number), as it is: no redirection
+  // followed (keys carried in ARGV get a script error, not MOVED, from a node that does
+  // not serve them). `done` as eval's.
+  void eval_at(std::size_t node, std::size_t argc, std::string args, raw_completion done);
+  // A new map soon (coalesced: one refresh in flight, at most one per 100 ms).
+  void refresh_soon();
   // A plain command on the slot's master (no redirection followed); `done` is posted.
   void send(std::uint16_t slot, const std::vector<std::string>& args, completion done);
 
@@ -74,7 +80,6 @@ class cluster_client : public std::enable_shared_from_this<cluster_client> {
   std::size_t node_at(const config::endpoint& ep);
   void dispatch(std::shared_ptr<call> c, std::size_t target, bool asking);
   void on_reply(std::shared_ptr<call> c, std::size_t from, boost::system::error_code ec, const redisReply* r);
-  void refresh_soon();
   void refresh();
   void refreshed(const reply& r, const config::endpoint& asked);
   void arm_tick();

@@ -134,7 +134,7 @@ class Load:
 def events(g):
     series, _ = scrape(g)
     return {e: value(series, "floodgate_redis_cluster_events_total", event=e)
-            for e in ("moved", "ask", "refresh", "refresh_failed", "try_again", "cluster_down", "refund")}
+            for e in ("moved", "ask", "refresh", "refresh_failed", "try_again", "cluster_down", "refund", "split")}
 
 
 def _crc16_table():
