@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "limit/batch_answer.hpp"
 #include "obs/metrics.hpp"
 #include "redis/cluster.hpp"
 #include "redis/slots.hpp"
@@ -157,25 +158,8 @@ void cluster_batcher::send_batch(std::size_t lane, std::unique_ptr<batch> owned)
       });
       return;
     }
-    if (!ec) {
-      auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - sent).count();
-      flow->rtt_us += (us - flow->rtt_us) / 8;
-      if (metrics) metrics->store_time(static_cast<std::uint64_t>(us));
-    }
-    if (!ec && !b->call.read(r)) ec = redis::make_error_code(redis::errc::protocol);
-    if (ec && metrics) metrics->store_error(cause_of(ec));
-    for (auto& w : b->waiters) {
-      w.ec = ec;
-      if (!ec) b->call.decisions(w.slot, w.checks, w.out);
-    }
-    // The requests go on from the event loop, not from inside hiredis' callback.
-    asio::post(ex, [b, scope] {
-      auto resume = [](void* p) {
-        for (auto& w : static_cast<batch*>(p)->waiters) std::move(w.resume)(w.ec);
-      };
-      if (scope) scope(b->waiters.size(), resume, b.get());
-      else resume(b.get());
-    });
+    detail::read_answer(*b, ec, r, sent, flow->rtt_us, metrics);
+    detail::resume_later(ex, b, scope);
     --flow->in_flight[lane];
     if (flow->owner && flow->in_flight[lane] == 0) flow->owner->schedule_flush(lane);
   };

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "limit/batch_answer.hpp"
 #include "obs/metrics.hpp"
 #include "redis/connection.hpp"
 
@@ -238,26 +239,8 @@ void redis_batcher::flush() {
   auto* metrics = metrics_;
   conn_->eval(argc, std::move(args), [b, ex = ex_, flow = flow_, sent, scope = scope_, metrics](
                                          boost::system::error_code ec, const redisReply* r) {
-    if (!ec) {
-      auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - sent).count();
-      flow->rtt_us += (us - flow->rtt_us) / 8;
-      if (metrics) metrics->store_time(static_cast<std::uint64_t>(us));
-    }
-    if (!ec && !b->call.read(r)) ec = redis::make_error_code(redis::errc::protocol);
-    if (ec && metrics) metrics->store_error(cause_of(ec));
-    for (auto& w : b->waiters) {
-      w.ec = ec;
-      if (!ec) b->call.decisions(w.slot, w.checks, w.out);
-    }
-    // The requests go on from the event loop, not from inside hiredis' callback, inside
-    // the owner's resume scope.
-    boost::asio::post(ex, [b, scope] {
-      auto resume = [](void* p) {
-        for (auto& w : static_cast<batch*>(p)->waiters) std::move(w.resume)(w.ec);
-      };
-      if (scope) scope(b->waiters.size(), resume, b.get());
-      else resume(b.get());
-    });
+    detail::read_answer(*b, ec, r, sent, flow->rtt_us, metrics);
+    detail::resume_later(ex, b, scope);
     --flow->in_flight;
     if (flow->owner) flow->owner->schedule_flush();
   });

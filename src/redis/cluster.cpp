@@ -139,7 +139,7 @@ void cluster_client::dispatch(std::shared_ptr<call> c, std::size_t target, bool 
   // The arguments stay with the call for a redirection's retry.
   auto reply_to = [w = weak_from_this(), c, target](error_code ec, const redisReply* r) {
     if (auto self = w.lock()) self->on_reply(c, target, ec, r);
-    else c->done(ec ? ec : error_code(errc::disconnected), ec ? nullptr : r);
+    else c->done(ec ? ec : error_code(errc::disconnected), nullptr);
   };
   auto& conn = *nodes_[target].conn;
   if (asking) conn.eval_asking(c->argc, c->args, std::move(reply_to));

@@ -6,6 +6,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -418,6 +419,62 @@ def wait_until(predicate, timeout=3.0):
             return True
         time.sleep(0.05)
     return bool(predicate())
+
+
+def keys_without_ttl(port, pattern="fgtest:*"):
+    """The keys matching `pattern` on the server at `port` that have no TTL: one redis-cli
+    for the scan and one for all the PTTLs (READONLY first, so that a cluster replica
+    answers for its own keys)."""
+    keys = [k for k in subprocess.run(["redis-cli", "-p", str(port), "--scan", "--pattern", pattern],
+                                      capture_output=True, text=True, timeout=30).stdout.splitlines() if k]
+    if not keys:
+        return []
+    script = "READONLY\n" + "".join(f"PTTL {k}\n" for k in keys)
+    out = subprocess.run(["redis-cli", "-p", str(port)], input=script, capture_output=True, text=True,
+                         timeout=60).stdout.split("\n")
+    # (READONLY answers an error off a cluster: either way one line)
+    ttls = [line for line in out[1:] if line.strip()]
+    assert len(ttls) == len(keys), out[:3]
+    return [k for k, ttl in zip(keys, ttls) if int(ttl) == -1]
+
+
+class Load:
+    """Keep-alive clients sending GET /limited until stopped, statuses counted. Each
+    request is a new client (X-Client: PREFIX-THREAD-N), or the next of `names`."""
+
+    def __init__(self, g, threads=4, prefix="load", names=None):
+        self.g, self.prefix, self.names = g, prefix, names
+        self.stopped, self.statuses, self.lock = threading.Event(), [], threading.Lock()
+        self.threads = [threading.Thread(target=self.run, args=(i,)) for i in range(threads)]
+        for t in self.threads:
+            t.start()
+
+    def run(self, i):
+        with self.g.connect(timeout=30) as s:
+            n = 0
+            while not self.stopped.is_set():
+                n += 1
+                name = self.names[(n * 4 + i) % len(self.names)] if self.names else f"{self.prefix}-{i}-{n}"
+                s.sendall(get("/limited", extra=f"X-Client: {name}\r\n"))
+                st = read_response(s).status
+                with self.lock:
+                    self.statuses.append(st)
+
+    def stop(self):
+        self.stopped.set()
+        for t in self.threads:
+            t.join()
+        return self.statuses
+
+
+def client_statuses(g, name, n, path="/limited"):
+    """The statuses of `n` requests as client `name` (X-Client) over one connection."""
+    out = []
+    with g.connect() as s:
+        for _ in range(n):
+            s.sendall(get(path, extra=f"X-Client: {name}\r\n"))
+            out.append(read_response(s).status)
+    return out
 
 
 def _wait_until(what, check, deadline_s):

@@ -8,43 +8,20 @@ import time
 
 import pytest
 
-from conftest import get, read_response, wait_until
+from conftest import Load, get, keys_without_ttl, read_response, wait_until
+from conftest import client_statuses as client
 from test_admin import admin_get, with_admin
 from test_metrics import scrape, value
-from test_redis import hammer, limit
-
-
-def routes(limits, on_error="allow"):
-    return f"""  - name: r
-    match:
-      path_prefix: /limited
-    upstream: api
-    on_store_error: {on_error}
-    limits:
-{limits}
-  - name: rest
-    match:
-      path_prefix: /
-    upstream: api
-"""
+from test_redis import hammer, limit, route
 
 
 def start(gateway_factory, cluster, limits, workers=2, on_error="allow", seeds=1):
     addresses = '", "'.join(s.address for s in cluster.servers[:seeds])
     g = with_admin(lambda extra: gateway_factory(
-        store="redis", redis=addresses, routes=routes(limits, on_error), extra=extra, workers=workers,
+        store="redis", redis=addresses, routes=route(limits, on_error=on_error), extra=extra, workers=workers,
         redis_extra="  mode: cluster\n"))
     assert wait_until(lambda: admin_get(g, "/readyz").status == 200, 10), g.log_text()
     return g
-
-
-def client(g, name, n, path="/limited"):
-    out = []
-    with g.connect() as s:
-        for _ in range(n):
-            s.sendall(get(path, extra=f"X-Client: {name}\r\n"))
-            out.append(read_response(s).status)
-    return out
 
 
 def keys(cluster, port, pattern="fgtest:*"):
@@ -61,18 +38,9 @@ def all_keys(cluster):
 
 
 def assert_every_key_has_a_ttl(cluster):
-    """On every live node, replicas too (READONLY lets a replica answer for its keys)."""
-    import subprocess
+    """On every live node, replicas too."""
     for s in cluster.live():
-        ks = keys(cluster, s.port)
-        if not ks:
-            continue
-        script = "READONLY\n" + "".join(f"PTTL {k}\n" for k in ks)
-        out = subprocess.run(["redis-cli", "-p", str(s.port)], input=script, capture_output=True, text=True,
-                             timeout=30).stdout.split()
-        assert out[0] == "OK", out[:3]
-        for k, ttl in zip(ks, out[1:]):
-            assert int(ttl) != -1, f"{k} on {s.port} has no TTL"
+        assert keys_without_ttl(s.port) == [], s.port
 
 
 @pytest.fixture(scope="module")
@@ -99,36 +67,6 @@ def own_cluster(redis_cluster):
     """A cluster of the test's own (it reshards, or kills a master)."""
     yield redis_cluster
     assert_every_key_has_a_ttl(redis_cluster)
-
-
-class Load:
-    """Keep-alive clients sending requests until stopped, each request a new client (a
-    key in a new slot, so every master and every slot being moved is hit), statuses
-    counted."""
-
-    def __init__(self, g, threads=4, prefix="load", names=None):
-        self.g, self.prefix, self.stopped, self.statuses, self.lock = g, prefix, threading.Event(), [], threading.Lock()
-        self.names = names  # clients to take in turn instead of a new one per request
-        self.threads = [threading.Thread(target=self.run, args=(i,)) for i in range(threads)]
-        for t in self.threads:
-            t.start()
-
-    def run(self, i):
-        with self.g.connect(timeout=30) as s:
-            n = 0
-            while not self.stopped.is_set():
-                n += 1
-                name = f"{self.prefix}-{i}-{n}" if not self.names else self.names[(n * 4 + i) % len(self.names)]
-                s.sendall(get("/limited", extra=f"X-Client: {name}\r\n"))
-                st = read_response(s).status
-                with self.lock:
-                    self.statuses.append(st)
-
-    def stop(self):
-        self.stopped.set()
-        for t in self.threads:
-            t.join()
-        return self.statuses
 
 
 def events(g):
@@ -293,7 +231,7 @@ def test_resharding_under_load(gateway_factory, own_cluster):
     subprocess.run(["redis-cli", "-p", str(masters[0].port), "--pipe"], input=resp, capture_output=True, text=True,
                    timeout=60, check=True)
     moving_names = names_in_slots(moving, 300, "m")
-    load = Load(g, names=None)
+    load = Load(g)
     new_keys = Load(g, threads=2, prefix="n", names=moving_names)
     fixed = {c: 0 for c in names_in_slots(moving, 40, "k")}
     stop = threading.Event()

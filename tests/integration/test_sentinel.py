@@ -4,7 +4,10 @@ the promotion, and its limits hold afterwards."""
 import threading
 import time
 
-from conftest import get, read_response, wait_until
+import pytest
+
+from conftest import Load, keys_without_ttl, wait_until
+from conftest import client_statuses as client
 from test_admin import admin_get, with_admin
 from test_metrics import scrape, value
 
@@ -27,6 +30,15 @@ ROUTES = """  - name: r
 """
 
 
+@pytest.fixture(autouse=True)
+def every_key_keeps_a_ttl(redis_sentinel):
+    """After each test, no key floodgate wrote is without a TTL, on the master or the replica."""
+    yield
+    for server in redis_sentinel.servers:
+        if server.alive:
+            assert keys_without_ttl(server.port) == [], server.port
+
+
 def start(gateway_factory, sentinel, workers=2):
     addresses = '", "'.join(f"127.0.0.1:{s.port}" for s in sentinel.sentinels)
     return with_admin(lambda extra: gateway_factory(
@@ -34,44 +46,9 @@ def start(gateway_factory, sentinel, workers=2):
         redis_extra=f"  mode: sentinel\n  master_name: {sentinel.name}\n"))
 
 
-def client(g, name, n):
-    out = []
-    with g.connect() as s:
-        for _ in range(n):
-            s.sendall(get("/limited", extra=f"X-Client: {name}\r\n"))
-            out.append(read_response(s).status)
-    return out
-
-
 def keys_on(sentinel, port):
     return [k for k in sentinel.server(port).cli("--scan", "--pattern", "fgtest:*").splitlines() if k]
 
-
-
-class Load:
-    """Keep-alive clients sending requests until stopped; statuses counted."""
-
-    def __init__(self, g, threads=4):
-        self.g, self.stopped, self.statuses, self.lock = g, threading.Event(), [], threading.Lock()
-        self.threads = [threading.Thread(target=self.run, args=(i,)) for i in range(threads)]
-        for t in self.threads:
-            t.start()
-
-    def run(self, i):
-        with self.g.connect(timeout=30) as s:
-            n = 0
-            while not self.stopped.is_set():
-                n += 1
-                s.sendall(get("/limited", extra=f"X-Client: load-{i}-{n}\r\n"))
-                st = read_response(s).status
-                with self.lock:
-                    self.statuses.append(st)
-
-    def stop(self):
-        self.stopped.set()
-        for t in self.threads:
-            t.join()
-        return self.statuses
 
 
 def test_the_master_comes_from_the_sentinels(gateway_factory, redis_sentinel):
