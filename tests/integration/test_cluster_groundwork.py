@@ -76,7 +76,19 @@ def random_keys(n, seed=14):
     return keys
 
 
-def test_cluster_three_masters_each_with_a_replica(redis_cluster):
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory):
+    """One cluster for the tests that only read it."""
+    from conftest import RedisCluster
+    c = RedisCluster(tmp_path_factory.mktemp("cluster"))
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def test_cluster_three_masters_each_with_a_replica(shared_cluster):
+    redis_cluster = shared_cluster
     masters = redis_cluster.masters()
     assert len(masters) == 3
     assert sum(m.slot_count for m in masters) == 16384
@@ -89,7 +101,8 @@ def test_cluster_three_masters_each_with_a_replica(redis_cluster):
     assert "cluster_state:ok" in info and "cluster_size:3" in info and "cluster_known_nodes:6" in info
 
 
-def test_key_slot_equals_cluster_keyslot(redis_cluster):
+def test_key_slot_equals_cluster_keyslot(shared_cluster):
+    redis_cluster = shared_cluster
     keys = random_keys(2000)
     assert not any("\n" in k for k in keys)
     ours = [int(s) for s in probe("slots", stdin="".join(k + "\n" for k in keys))]
@@ -102,7 +115,8 @@ def test_key_slot_equals_cluster_keyslot(redis_cluster):
     assert ours[keys.index("{user1000}.following")] == ours[keys.index("{user1000}.followers")]
 
 
-def test_cluster_slots_parsed_covers_every_slot_with_the_three_masters(redis_cluster):
+def test_cluster_slots_parsed_covers_every_slot_with_the_three_masters(shared_cluster):
+    redis_cluster = shared_cluster
     masters = {f"127.0.0.1:{m.port}": m for m in redis_cluster.masters()}
     for node in redis_cluster.live():
         ranges, parsed_masters, covered = probe_map(node.port)
@@ -118,7 +132,8 @@ def test_cluster_slots_parsed_covers_every_slot_with_the_three_masters(redis_clu
             assert (first, last) in masters[master].slots
 
 
-def test_a_moved_redirection_from_a_real_node_is_parsed(redis_cluster):
+def test_a_moved_redirection_from_a_real_node_is_parsed(shared_cluster):
+    redis_cluster = shared_cluster
     masters = redis_cluster.masters()
     key = "floodgate:{r:l:10.1.2.3}"
     slot = int(redis_cluster.cli(masters[0].port, "cluster", "keyslot", key))
