@@ -15,10 +15,10 @@ from test_metrics import scrape, value
 from test_redis import hammer, limit, route
 
 
-def start(gateway_factory, cluster, limits, workers=2, on_error="allow", seeds=1):
+def start(gateway_factory, cluster, limits, workers=2, on_error="allow", seeds=1, path="/limited"):
     addresses = '", "'.join(s.address for s in cluster.servers[:seeds])
     g = with_admin(lambda extra: gateway_factory(
-        store="redis", redis=addresses, routes=route(limits, on_error=on_error), extra=extra, workers=workers,
+        store="redis", redis=addresses, routes=route(limits, path=path, on_error=on_error), extra=extra, workers=workers,
         redis_extra="  mode: cluster\n"))
     assert wait_until(lambda: admin_get(g, "/readyz").status == 200, 10), g.log_text()
     return g
@@ -207,6 +207,41 @@ def test_a_denial_on_one_slot_consumes_nothing_on_the_other(gateway_factory, clu
     assert per["remaining"] == 3, r
     # a's 4th and c's (a's 5th was denied by the deny cache: no call, nothing taken)
     assert events(g)["refund"] == (1 if algo == "concurrency" else 2)
+
+
+def test_concurrency_leases_beside_a_global_limit_are_held_and_given_back(gateway_factory, cluster):
+    """A per-client concurrency limit (its lease named by its place among the checks of its
+    own slot) beside a global limit on another slot, from 3 gateways."""
+    # (the global one first: the lease is the request's 2nd check but its slot's 1st)
+    limits = (limit("fixed_window", name="all", key="global", limit=1000, window="1h") +
+              limit("concurrency", name="per", key="header:X-Client", limit=2, window="5s"))
+    gws = [start(gateway_factory, cluster, limits, path="/slow") for _ in range(3)]
+    results, lock = [], threading.Lock()
+
+    def call(i):
+        r = gws[i % 3].request(get("/slow?ms=700", extra="X-Client: a\r\n"))
+        with lock:
+            results.append(r.status)
+    ts = [threading.Thread(target=call, args=(i,)) for i in range(6)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    first = results.count(200)
+    assert 1 <= first <= 2 and results.count(429) == 6 - first, results
+    master = all_keys(cluster).get("fgtest:{r:a}:per")
+    # released: the lease set is empty (or gone), and two fit again at once
+    assert wait_until(lambda: master is None or cluster.cli(master, "zcard", "fgtest:{r:a}:per") == "0", 3)
+    results.clear()
+    ts = [threading.Thread(target=call, args=(i,)) for i in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert results == [200, 200]
+    # the global limit counts each admitted request once, the denied ones not at all
+    r = admin_get(gws[0], "/limits?route=r&header.X-Client=b").json()
+    assert next(l for l in r["limits"] if l["name"] == "all")["remaining"] == 1000 - first - 2, r
 
 
 def test_resharding_under_load(gateway_factory, own_cluster):
