@@ -16,10 +16,11 @@ from test_redis import hammer, limit, route
 
 
 def start(gateway_factory, cluster, limits, workers=2, on_error="allow", seeds=1, path="/limited"):
+    # (the test's clients are "proxies": X-Forwarded-For names the client, for per-IP keys)
     addresses = '", "'.join(s.address for s in cluster.servers[:seeds])
     g = with_admin(lambda extra: gateway_factory(
         store="redis", redis=addresses, routes=route(limits, path=path, on_error=on_error), extra=extra, workers=workers,
-        redis_extra="  mode: cluster\n"))
+        redis_extra="  mode: cluster\n", trusted="127.0.0.1/32"))
     assert wait_until(lambda: admin_get(g, "/readyz").status == 200, 10), g.log_text()
     return g
 
@@ -145,10 +146,10 @@ def test_three_gateways_admit_exactly_the_limit(gateway_factory, cluster, algo):
 
 
 @pytest.mark.parametrize("algo", list(ALGOS))
-def test_per_client_limits_are_exact_from_three_gateways_with_keys_on_every_master(gateway_factory, cluster, algo):
+def test_per_ip_limits_are_exact_from_three_gateways_with_keys_on_every_master(gateway_factory, cluster, algo):
     quota = {k: (v // 10 if isinstance(v, int) else v) for k, v in ALGOS[algo].items()}
-    gws = [start(gateway_factory, cluster, limit(algo, key="header:X-Client", **quota)) for _ in range(3)]
-    clients = [f"c{i}" for i in range(30)]
+    gws = [start(gateway_factory, cluster, limit(algo, key="ip", **quota)) for _ in range(3)]
+    clients = [f"10.0.{i}.1" for i in range(30)]
     got = {c: 0 for c in clients}
     lock = threading.Lock()
 
@@ -157,7 +158,7 @@ def test_per_client_limits_are_exact_from_three_gateways_with_keys_on_every_mast
         for i in range(24):  # 8 from each gateway, interleaved
             g = gws[i % 3]
             with g.connect() as s:
-                s.sendall(get("/limited", extra=f"X-Client: {c}\r\n"))
+                s.sendall(get("/limited", extra=f"X-Forwarded-For: {c}\r\n"))
                 n += read_response(s).status == 200
         with lock:
             got[c] = n
@@ -168,41 +169,52 @@ def test_per_client_limits_are_exact_from_three_gateways_with_keys_on_every_mast
         t.join()
     assert set(got.values()) == {10}, got
     where = all_keys(cluster)
-    assert len(where) == 30
+    assert sorted(where) == sorted(f"fgtest:{{r:{c}}}:l" for c in clients)
     assert set(where.values()) == {m.port for m in cluster.masters()}, where
 
 
 SLOTS_APART = ["fixed_window", "sliding_log", "sliding_window", "token_bucket", "gcra", "concurrency"]
 
 
-def per_client(algo, quota=3):
+def per_ip(algo, quota=3):
     if algo in ("token_bucket", "gcra"):
-        return limit(algo, name="per", key="header:X-Client", rate="1/m", burst=quota)
+        return limit(algo, name="per", key="ip", rate="1/m", burst=quota)
     if algo == "concurrency":
-        return limit(algo, name="per", key="header:X-Client", limit=quota)
-    return limit(algo, name="per", key="header:X-Client", limit=quota, window="1h")
+        return limit(algo, name="per", key="ip", limit=quota)
+    return limit(algo, name="per", key="ip", limit=quota, window="1h")
+
+
+def from_ip(g, ip, n):
+    """The statuses of `n` requests from client `ip` (X-Forwarded-For) over one connection."""
+    out = []
+    with g.connect() as s:
+        for _ in range(n):
+            s.sendall(get("/limited", extra=f"X-Forwarded-For: {ip}\r\n"))
+            out.append(read_response(s).status)
+    return out
 
 
 @pytest.mark.parametrize("algo", SLOTS_APART)
 def test_a_denial_on_one_slot_consumes_nothing_on_the_other(gateway_factory, cluster, algo):
-    """A per-client limit and a global one are on two slots: each denial is decided on
-    its own slot, and what the other slot admitted is given back."""
-    limits = per_client(algo) + limit("fixed_window", name="all", key="global", limit=6, window="1h")
+    """A per-IP limit and a global one are on two slots: each denial is decided on its
+    own slot, and what the other slot admitted is given back."""
+    limits = per_ip(algo) + limit("fixed_window", name="all", key="global", limit=6, window="1h")
     g = start(gateway_factory, cluster, limits)
-    assert slot(cluster, "fgtest:{r:a}:per") != slot(cluster, "fgtest:{r:*}:all")
-    # The per-client limit denies a's 4th and 5th: the global one counts 3, not 5.
+    a, b, c = "10.1.0.1", "10.1.0.2", "10.1.0.3"
+    assert slot(cluster, f"fgtest:{{r:{a}}}:per") != slot(cluster, "fgtest:{r:*}:all")
+    # The per-IP limit denies a's 4th and 5th: the global one counts 3, not 5.
     if algo == "concurrency":
         # (three held at once would need slow responses: one at a time, all admitted)
-        assert client(g, "a", 3) == [200] * 3
+        assert from_ip(g, a, 3) == [200] * 3
     else:
-        assert client(g, "a", 5) == [200] * 3 + [429] * 2
-    r = admin_get(g, "/limits?route=r&header.X-Client=b").json()
+        assert from_ip(g, a, 5) == [200] * 3 + [429] * 2
+    r = admin_get(g, f"/limits?route=r&ip={b}").json()
     assert next(l for l in r["limits"] if l["name"] == "all")["remaining"] == 3, r
     # Exhaust the global limit; then c's request is denied by it, and c's own limit is
     # given back what it took.
-    assert client(g, "b", 3) == [200] * 3
-    assert client(g, "c", 1) == [429]
-    r = admin_get(g, "/limits?route=r&header.X-Client=c").json()
+    assert from_ip(g, b, 3) == [200] * 3
+    assert from_ip(g, c, 1) == [429]
+    r = admin_get(g, f"/limits?route=r&ip={c}").json()
     per = next(l for l in r["limits"] if l["name"] == "per")
     assert per["remaining"] == 3, r
     # a's 4th and c's (a's 5th was denied by the deny cache: no call, nothing taken)
