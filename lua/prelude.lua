@@ -22,6 +22,11 @@
 --                             a refund: gives back `cost` that one admitted request took
 --                             (sets st.dirty if st is to be saved); nothing if the key is
 --                             gone (its window, and what was taken, expired)
+-- A decision's writes happen only in save (and load's removal of expired entries), after
+-- every key of the call has been loaded (give, a refund's, goes one slot per call): on a
+-- cluster node, a call carrying keys of many slots fails
+-- at its first key the node does not serve, before it has written anything, and is sent
+-- again slot by slot (src/limit/cluster_batcher.hpp). A new algorithm must keep this.
 -- spec = {algorithm, a, b, c, cost, shadow}. A script runs atomically, so reading each key
 -- once, deciding every request of the call in memory and writing each key once is the
 -- same as one call per request, at a fraction of the work: a run of alike requests
