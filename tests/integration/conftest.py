@@ -678,6 +678,16 @@ class RedisCluster:
             _kill(s)
 
 
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory):
+    """One cluster for a module's tests that leave its nodes and slots as they found them."""
+    c = RedisCluster(tmp_path_factory.mktemp("cluster"))
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
 @pytest.fixture
 def redis_cluster(tmp_path):
     c = RedisCluster(tmp_path / "cluster")

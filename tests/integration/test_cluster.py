@@ -44,17 +44,6 @@ def assert_every_key_has_a_ttl(cluster):
         assert keys_without_ttl(s.port) == [], s.port
 
 
-@pytest.fixture(scope="module")
-def shared_cluster(tmp_path_factory):
-    """One cluster for the tests that leave its nodes and slots as they found them."""
-    from conftest import RedisCluster
-    c = RedisCluster(tmp_path_factory.mktemp("cluster"))
-    try:
-        yield c
-    finally:
-        c.stop()
-
-
 @pytest.fixture
 def cluster(shared_cluster):
     for m in shared_cluster.masters():

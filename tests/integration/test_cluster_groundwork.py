@@ -76,17 +76,6 @@ def random_keys(n, seed=14):
     return keys
 
 
-@pytest.fixture(scope="module")
-def shared_cluster(tmp_path_factory):
-    """One cluster for the tests that only read it."""
-    from conftest import RedisCluster
-    c = RedisCluster(tmp_path_factory.mktemp("cluster"))
-    try:
-        yield c
-    finally:
-        c.stop()
-
-
 def test_cluster_three_masters_each_with_a_replica(shared_cluster):
     redis_cluster = shared_cluster
     masters = redis_cluster.masters()
