@@ -97,11 +97,24 @@ def flood(port, seconds, clients=4, depth=16):
 def test_rate_limits_admit_what_they_promise_under_a_flood(gateway_factory, redis_server, store, algo):
     g = gateway_factory(store=store, redis=redis_server.address, workers=2,
                         routes=routes(f"algorithm: {algo}\n        rate: {RATE}/s\n        burst: 1"))
-    admitted, elapsed = flood(g.port, SECONDS)
-    promised = RATE * elapsed + 1
-    print(f"{algo} {store}: admitted {admitted} of {promised:.1f} ({admitted / promised:.4f})")
-    # Within 2% of the promise; never above it (the flood starts with the key empty).
-    assert 0.98 * promised <= admitted <= promised + 2, (admitted, promised)
+    # Within 2% of the promise; never above it (each flood starts with the bucket full,
+    # as from an empty key: a tenth of a second refills burst 1 at this rate). Above is
+    # checked on every flood; short may be retried once: with burst 1 every stall of the
+    # machine past 1/rate loses a token, and this VM stalls now and then (its memory
+    # reclaimer, kdamond, busiest right after a build): in CI once a 0.962 came right
+    # after the build, where a lost turn per round trip, the bug this guards against,
+    # gives well under 0.9 on every flood.
+    floods = []
+    for _ in range(2):
+        time.sleep(0.1)
+        admitted, elapsed = flood(g.port, SECONDS)
+        promised = RATE * elapsed + 1
+        print(f"{algo} {store}: admitted {admitted} of {promised:.1f} ({admitted / promised:.4f})")
+        assert admitted <= promised + 2, (admitted, promised)
+        floods.append((admitted, promised))
+        if admitted >= 0.98 * promised:
+            break
+    assert floods[-1][0] >= 0.98 * floods[-1][1], floods
 
 
 @pytest.mark.parametrize("store", ["memory", "redis"])
