@@ -421,16 +421,16 @@ def wait_until(predicate, timeout=3.0):
     return bool(predicate())
 
 
-def keys_without_ttl(port, pattern="fgtest:*"):
+def keys_without_ttl(port, pattern="fgtest:*", auth=()):
     """The keys matching `pattern` on the server at `port` that have no TTL: one redis-cli
     for the scan and one for all the PTTLs (READONLY first, so that a cluster replica
     answers for its own keys)."""
-    keys = [k for k in subprocess.run(["redis-cli", "-p", str(port), "--scan", "--pattern", pattern],
+    keys = [k for k in subprocess.run(["redis-cli", "-p", str(port), *auth, "--scan", "--pattern", pattern],
                                       capture_output=True, text=True, timeout=30).stdout.splitlines() if k]
     if not keys:
         return []
     script = "READONLY\n" + "".join(f"PTTL {k}\n" for k in keys)
-    out = subprocess.run(["redis-cli", "-p", str(port)], input=script, capture_output=True, text=True,
+    out = subprocess.run(["redis-cli", "-p", str(port), *auth], input=script, capture_output=True, text=True,
                          timeout=60).stdout.split("\n")
     # (READONLY answers an error off a cluster: either way one line)
     ttls = [line for line in out[1:] if line.strip()]
@@ -516,9 +516,9 @@ class ClusterNode(SyncingRedisServer):
     """A redis-server with --cluster-enabled, its bus on a free port of its own
     (cluster-port, Redis 7) rather than port + 10000, which may be taken or past 65535."""
 
-    def __init__(self, tmp_path, node_timeout_ms):
-        self.node_timeout_ms = node_timeout_ms
-        super().__init__(tmp_path)
+    def __init__(self, tmp_path, node_timeout_ms, password=None):
+        self.node_timeout_ms, self.password = node_timeout_ms, password
+        super().__init__(tmp_path, auth=["-a", password, "--no-auth-warning"] if password else ())
 
     def start(self):
         self.bus_port = free_port()
@@ -528,6 +528,8 @@ class ClusterNode(SyncingRedisServer):
                       # while its replication offset is 0: on an empty cluster, until the
                       # master's first replication PING (every 10 s by default).
                       "--repl-ping-replica-period", "1"]
+        if self.password:  # clients and the replicas' own connections to their masters
+            self.extra += ["--requirepass", self.password, "--masterauth", self.password]
         return super().start()
 
 
@@ -569,16 +571,17 @@ class RedisCluster:
     made by redis-cli --cluster create; ready when every node agrees on who serves what.
     Stops every process it started on stop(), and when its start fails."""
 
-    def __init__(self, tmp_path, masters=3, replicas=1, node_timeout_ms=2000):
+    def __init__(self, tmp_path, masters=3, replicas=1, node_timeout_ms=2000, password=None):
         started = time.monotonic()
         self.servers = []
         self.node_timeout_ms = node_timeout_ms
+        self.auth = ["-a", password, "--no-auth-warning"] if password else []
         try:
             for i in range(masters * (1 + replicas)):
                 d = tmp_path / f"node{i}"
                 d.mkdir(parents=True)
-                self.servers.append(ClusterNode(d, node_timeout_ms))
-            out = subprocess.run(["redis-cli", "--cluster", "create", *(s.address for s in self.servers),
+                self.servers.append(ClusterNode(d, node_timeout_ms, password))
+            out = subprocess.run(["redis-cli", *self.auth, "--cluster", "create", *(s.address for s in self.servers),
                                   "--cluster-replicas", str(replicas), "--cluster-yes"],
                                  capture_output=True, text=True, timeout=60)
             if out.returncode != 0 or "All 16384 slots covered" not in out.stdout:
@@ -597,7 +600,7 @@ class RedisCluster:
 
     def cli(self, port, *args):
         """redis-cli -p PORT ARGS... (no -c: a MOVED comes back as the answer)."""
-        out = subprocess.run(["redis-cli", "-p", str(port), *map(str, args)], capture_output=True, text=True,
+        out = subprocess.run(["redis-cli", "-p", str(port), *self.auth, *map(str, args)], capture_output=True, text=True,
                              timeout=10)
         return out.stdout.strip()
 
@@ -665,7 +668,7 @@ class RedisCluster:
         """Moves `slots` slots (and their keys) from one master to another with redis-cli
         --cluster reshard, then waits until every node agrees on the new map."""
         ids = {n.port: n.id for n in self.nodes()}
-        out = subprocess.run(["redis-cli", "--cluster", "reshard", self.live()[0].address,
+        out = subprocess.run(["redis-cli", *self.auth, "--cluster", "reshard", self.live()[0].address,
                               "--cluster-from", ids[from_port], "--cluster-to", ids[to_port],
                               "--cluster-slots", str(slots), "--cluster-yes"],
                              capture_output=True, text=True, timeout=deadline_s)

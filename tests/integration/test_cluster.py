@@ -347,6 +347,36 @@ def test_a_killed_master_is_followed_within_10_s_of_the_promotion(gateway_factor
     assert value(series, "floodgate_redis_cluster_master_connections", node=f"127.0.0.1:{killed}") == 0
 
 
+def test_a_cluster_with_a_password(gateway_factory, tmp_path):
+    """requirepass on every node: each master's connection sends AUTH; a wrong password is
+    a store error (on_store_error), and /readyz says so."""
+    from conftest import RedisCluster
+    c = RedisCluster(tmp_path / "cluster", password="s3cret-pw")
+    try:
+        addresses = c.servers[0].address
+        g = with_admin(lambda extra: gateway_factory(
+            store="redis", redis=addresses, routes=route(PER_CLIENT, on_error="deny"), extra=extra, workers=2,
+            redis_extra='  mode: cluster\n  password: "s3cret-pw"\n'))
+        assert wait_until(lambda: admin_get(g, "/readyz").status == 200, 10), g.log_text()
+        for name in ("a", "b", "c", "d"):
+            assert client(g, name, 6) == [200] * 5 + [429]
+        ports = {m.port for m in c.masters()}
+        found = set()
+        for m in c.masters():
+            ks = [k for k in c.cli(m.port, "--scan", "--pattern", "fgtest:*").splitlines() if k]
+            found |= {m.port} if ks else set()
+        assert found <= ports and found
+        for s in c.live():
+            assert keys_without_ttl(s.port, auth=c.auth) == []
+        wrong = with_admin(lambda extra: gateway_factory(
+            store="redis", redis=addresses, routes=route(PER_CLIENT, on_error="deny"), extra=extra, workers=1,
+            redis_extra='  mode: cluster\n  password: "wrong"\n'))
+        time.sleep(1.0)
+        assert client(wrong, "e", 1) == [503]
+    finally:
+        c.stop()
+
+
 def test_a_nonzero_database_is_a_config_error_in_cluster_mode(tmp_path):
     import subprocess
     from conftest import BIN
