@@ -43,12 +43,18 @@ cluster_client::cluster_client(asio::any_io_executor ex, config::redis_config cf
 cluster_client::~cluster_client() { stop(); }
 
 void cluster_client::start() {
-  for (const auto& a : cfg_.addresses) {
-    auto c = std::make_shared<connection>(ex_, cfg_, script_, std::make_unique<standalone>(std::vector{a}));
-    c->start();
-    seeds_.push_back(std::move(c));
-  }
+  start_seeds();
   arm_tick();
+}
+
+std::shared_ptr<connection> cluster_client::connect_to(const config::endpoint& ep) {
+  auto c = std::make_shared<connection>(ex_, cfg_, script_, std::make_unique<standalone>(std::vector{ep}));
+  c->start();
+  return c;
+}
+
+void cluster_client::start_seeds() {
+  for (const auto& a : cfg_.addresses) seeds_.push_back(connect_to(a));
 }
 
 void cluster_client::stop() {
@@ -98,10 +104,7 @@ std::size_t cluster_client::node_at(const config::endpoint& ep) {
     nodes_.push_back({ep, nullptr});
     by_addr_.emplace(std::move(key), i);
   }
-  if (!nodes_[i].conn && !stopped_) {
-    nodes_[i].conn = std::make_shared<connection>(ex_, cfg_, script_, std::make_unique<standalone>(std::vector{ep}));
-    nodes_[i].conn->start();
-  }
+  if (!nodes_[i].conn && !stopped_) nodes_[i].conn = connect_to(ep);
   return i;
 }
 
@@ -237,13 +240,7 @@ void cluster_client::refresh() {
   for (auto& n : nodes_)
     if (n.serving && n.conn && n.conn->connected()) up.push_back(n.conn.get());
   if (up.empty()) {
-    if (seeds_.empty()) {
-      for (const auto& a : cfg_.addresses) {
-        auto s = std::make_shared<connection>(ex_, cfg_, script_, std::make_unique<standalone>(std::vector{a}));
-        s->start();
-        seeds_.push_back(std::move(s));
-      }
-    }
+    if (seeds_.empty()) start_seeds();
     for (auto& s : seeds_)
       if (s->connected()) up.push_back(s.get());
   }

@@ -77,6 +77,10 @@ class cluster_client : public std::enable_shared_from_this<cluster_client> {
     bool serving = false;              // a master of some slot, as of the last map
   };
   struct call;
+  // A started connection to `ep` (a master, or a seed).
+  std::shared_ptr<connection> connect_to(const config::endpoint& ep);
+  // Connections to the seeds in redis.addresses, for asking for the map.
+  void start_seeds();
   std::size_t node_at(const config::endpoint& ep);
   void dispatch(std::shared_ptr<call> c, std::size_t target, bool asking);
   void on_reply(std::shared_ptr<call> c, std::size_t from, boost::system::error_code ec, const redisReply* r);

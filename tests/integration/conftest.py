@@ -467,12 +467,12 @@ class Load:
         return self.statuses
 
 
-def client_statuses(g, name, n, path="/limited"):
-    """The statuses of `n` requests as client `name` (X-Client) over one connection."""
+def client_statuses(g, name, n, path="/limited", header="X-Client"):
+    """The statuses of `n` requests as client `name` (in `header`) over one connection."""
     out = []
     with g.connect() as s:
         for _ in range(n):
-            s.sendall(get(path, extra=f"X-Client: {name}\r\n"))
+            s.sendall(get(path, extra=f"{header}: {name}\r\n"))
             out.append(read_response(s).status)
     return out
 
