@@ -18,9 +18,27 @@ struct endpoint {
   bool operator==(const endpoint&) const = default;
 };
 
+struct rate {
+  std::uint64_t count = 0;
+  duration per{1000};
+};
+
 struct admin_config {
   std::optional<endpoint> listen;  // absent = no admin listener
+  // Bearer credential for /config, /limits and POST /reload ("" = none: only allowed
+  // when the listener is on a loopback address).
+  std::string token;
+  // Names a request's Host may carry besides IP literals and "localhost" (DNS rebinding).
+  std::vector<std::string> hosts;
+  // /readyz fails on a store outage even where every route may allow or go local.
+  bool ready_requires_store = false;
+  // /limits: calls admitted per period, in total and per peer address.
+  rate limits_rate{20, duration{1000}};
+  rate limits_rate_per_peer{5, duration{1000}};
 };
+
+// 127.0.0.0/8, ::1 or "localhost": reachable from this machine only.
+bool is_loopback(const endpoint& ep);
 
 enum class log_format { text, json };
 
@@ -46,6 +64,11 @@ struct redis_config {
   int database = 0;
   duration timeout{50};
   std::string key_prefix = "floodgate:";
+  // At the start, the proxy port opens once every worker's store is ready, or after this.
+  duration startup_wait{5000};
+  // Sentinel mode: how many of the sentinels asked must name the same master (0 = a
+  // majority of redis.addresses).
+  unsigned sentinel_quorum = 0;
   bool operator==(const redis_config&) const = default;
 };
 
@@ -91,11 +114,6 @@ enum class on_missing_key { anonymous, skip };
 struct key_source {
   enum class kind { global, ip, header, query, cookie } type = kind::global;
   std::string name;  // header / query / cookie name
-};
-
-struct rate {
-  std::uint64_t count = 0;
-  duration per{1000};
 };
 
 struct limit_config {

@@ -1,5 +1,7 @@
 #include "config/duration.hpp"
 
+#include <boost/asio/ip/address.hpp>
+
 #include <charconv>
 
 namespace fg::config {
@@ -79,6 +81,15 @@ std::optional<std::uint64_t> parse_size(std::string_view text) {
   auto n = parse_uint(text);
   if (!n || *n > (std::uint64_t{1} << 50) / mult) return std::nullopt;
   return *n * mult;
+}
+
+bool is_loopback(const endpoint& ep) {
+  if (ep.host == "localhost") return true;
+  boost::system::error_code ec;
+  auto a = boost::asio::ip::make_address(ep.host, ec);
+  if (ec) return false;
+  if (a.is_v6() && a.to_v6().is_v4_mapped()) a = boost::asio::ip::make_address_v4(boost::asio::ip::v4_mapped, a.to_v6());
+  return a.is_loopback();
 }
 
 std::string endpoint::str() const {

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "config/caps.hpp"
+#include "config/loader_parts.hpp"
+
 namespace fg::config {
 
 std::string diagnostic::str() const {
@@ -82,7 +85,51 @@ std::optional<std::string> expand_env(std::string_view in, std::string& out) {
 }
 
 void yaml_reader::error(const YAML::Mark& at, std::string message) {
+  // A file of many mistakes (or one alias repeated many times) is not worth more lines.
+  if (out_.size() > caps::errors) return;
+  if (out_.size() == caps::errors) {
+    out_.push_back({file_, at.line + 1, at.column + 1, "more errors follow; stopped at " + std::to_string(caps::errors)});
+    return;
+  }
   out_.push_back({file_, at.line + 1, at.column + 1, std::move(message)});
+}
+
+namespace {
+
+struct size_walk {
+  const std::string& file;
+  std::size_t visited = 0;
+  std::optional<diagnostic> problem;
+
+  bool walk(const YAML::Node& n, std::size_t depth) {
+    if (++visited > caps::nodes) {
+      problem = diagnostic{file, n.Mark().line + 1, n.Mark().column + 1,
+                           "the configuration expands to more than " + std::to_string(caps::nodes) +
+                               " values (YAML aliases expanded): it is refused before it is read"};
+      return false;
+    }
+    if (depth > caps::depth) {
+      problem = diagnostic{file, n.Mark().line + 1, n.Mark().column + 1,
+                           "the configuration nests deeper than " + std::to_string(caps::depth) + " levels"};
+      return false;
+    }
+    if (n.IsSequence()) {
+      for (const auto& item : n)
+        if (!walk(item, depth + 1)) return false;
+    } else if (n.IsMap()) {
+      for (auto it = n.begin(); it != n.end(); ++it)
+        if (!walk(it->first, depth + 1) || !walk(it->second, depth + 1)) return false;
+    }
+    return true;
+  }
+};
+
+}  // namespace
+
+std::optional<diagnostic> detail::check_size(const YAML::Node& root, const std::string& file) {
+  size_walk w{file, 0, std::nullopt};
+  if (root) w.walk(root, 0);
+  return w.problem;
 }
 
 void yaml_reader::error(const YAML::Node& at, std::string message) { error(at.Mark(), std::move(message)); }
@@ -184,7 +231,9 @@ std::optional<std::string> yaml_reader::one_of(const YAML::Node& n, const std::v
 
 std::vector<YAML::Node> yaml_reader::list(const YAML::Node& n, bool scalar_ok) {
   std::vector<YAML::Node> out;
-  if (n.IsSequence()) {
+  if (n.IsSequence() && n.size() > caps::list_items) {
+    error(n, "a list has at most " + std::to_string(caps::list_items) + " items, this one has " + std::to_string(n.size()));
+  } else if (n.IsSequence()) {
     for (const auto& item : n) out.push_back(item);
   } else if (scalar_ok && n.IsScalar()) {
     out.push_back(n);

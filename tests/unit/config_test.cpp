@@ -613,7 +613,7 @@ TEST_CASE("a missing file is one error without a position", "[config]") {
   CHECK_FALSE(r.ok());
   REQUIRE(r.errors.size() == 1);
   CHECK(r.errors[0].line == 0);
-  CHECK(r.errors[0].str() == path + ": cannot open file");
+  CHECK(r.errors[0].str() == path + ": cannot open file: No such file or directory");
 }
 
 TEST_CASE("${VAR} and ${VAR:-default} are expanded from the environment, $$ is a literal $", "[config]") {
@@ -814,4 +814,155 @@ TEST_CASE("an exact path and itself with a trailing slash load when the second c
     INFO(routes << describe(r));
     CHECK(r.ok());
   }
+}
+
+// ---------------------------------------------------------------- bounds on what a file holds
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+
+namespace {
+
+bool has_error(const cfg::load_result& r, std::string_view part) {
+  for (const auto& e : r.errors)
+    if (e.str().find(part) != std::string::npos) return true;
+  return false;
+}
+
+std::string temp_dir() {
+  auto d = std::filesystem::temp_directory_path() / ("fg-config-test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(d);
+  return d.string();
+}
+
+}  // namespace
+
+TEST_CASE("config bounds: an alias bomb is refused before it is expanded", "[config][bounds]") {
+  // 200,000 references to one route: 1.2 MB of text, millions of nodes once expanded
+  std::string text = kUpstreams + "x-route: &route\n  name: r\n  match: {path: /x}\n  upstream: api\nroutes:\n";
+  for (int i = 0; i < 200000; ++i) text += "  - *route\n";
+  const auto started = std::chrono::steady_clock::now();
+  auto r = load(text);
+  const auto took = std::chrono::steady_clock::now() - started;
+  REQUIRE_FALSE(r.ok());
+  INFO(describe(r));
+  CHECK(has_error(r, "expands to more than 1000000 values"));
+  // refused by counting, not by doing the work: well under the 8 s the O(routes^2) check took
+  CHECK(took < std::chrono::seconds(5));
+
+  // a billion laughs: each level doubles what the last expands to
+  std::string laughs = "a0: &a0 [x, x]\n";
+  for (int i = 1; i < 40; ++i)
+    laughs += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [*a" + std::to_string(i - 1) + ", *a" +
+              std::to_string(i - 1) + "]\n";
+  CHECK(has_error(load(laughs + kRoutes), "expands to more than"));
+}
+
+TEST_CASE("config bounds: routes, limits and upstreams have caps, each named", "[config][bounds]") {
+  std::string many = kRoutesHead;
+  for (int i = 0; i < 10001; ++i)
+    many += "  - {name: r" + std::to_string(i) + ", match: {path: /x" + std::to_string(i) + "}, upstream: api}\n";
+  auto r = load(many);
+  INFO(describe(r));
+  CHECK(has_error(r, "at most 10000 routes, this one has 10001"));
+
+  std::string limits = kLimitsHead;
+  for (int i = 0; i < 65; ++i)
+    limits += "      - {name: l" + std::to_string(i) + ", algorithm: fixed_window, limit: 5, window: 1s}\n";
+  auto l = load(limits);
+  INFO(describe(l));
+  CHECK(has_error(l, "a route has at most 64 limits, this one has 65"));
+
+  std::string ups = "upstreams:\n";
+  for (int i = 0; i < 1001; ++i) ups += "  u" + std::to_string(i) + ": {address: \"127.0.0.1:9000\"}\n";
+  CHECK(has_error(load(ups + "routes:\n" + kRoute), "at most 1000 upstreams"));
+
+  // a thousand routes, each with its own exact path: loads (the shadowing check is not
+  // quadratic) and stays a valid configuration
+  std::string fine = kRoutesHead;
+  for (int i = 0; i < 1000; ++i)
+    fine += "  - {name: r" + std::to_string(i) + ", match: {path: /x" + std::to_string(i) + "}, upstream: api}\n";
+  auto f = load(fine);
+  INFO(describe(f));
+  CHECK(f.ok());
+}
+
+TEST_CASE("config bounds: errors are capped, the last line says more follow", "[config][bounds]") {
+  std::string text = kRoutesHead;
+  for (int i = 0; i < 500; ++i) text += "  - {name: r" + std::to_string(i) + ", bogus: 1}\n";
+  auto r = load(text);
+  REQUIRE(r.errors.size() == 101);
+  CHECK(r.errors.back().message.find("more errors follow") != std::string::npos);
+}
+
+TEST_CASE("config bounds: only a regular file of at most 4 MiB is read", "[config][bounds]") {
+  const auto dir = temp_dir();
+  // a FIFO with no writer: refused at once, not waited on
+  const auto fifo = dir + "/fifo.yaml";
+  ::unlink(fifo.c_str());
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  auto f = cfg::load_file(fifo);
+  INFO(describe(f));
+  CHECK(has_error(f, "is a FIFO, not a regular file"));
+  // a symlink to /dev/zero: an endless file, refused before a byte is read
+  const auto zero = dir + "/zero.yaml";
+  ::unlink(zero.c_str());
+  REQUIRE(::symlink("/dev/zero", zero.c_str()) == 0);
+  CHECK(has_error(cfg::load_file(zero), "is a character device, not a regular file"));
+  CHECK(has_error(cfg::load_file(dir), "is a directory"));
+  // 64 MiB of comments: refused by its size
+  const auto big = dir + "/big.yaml";
+  {
+    std::ofstream out(big, std::ios::binary);
+    const std::string line(1023, '#');
+    for (int i = 0; i < 64 * 1024; ++i) out << line << '\n';
+  }
+  CHECK(has_error(cfg::load_file(big), "a configuration is at most 4194304 bytes"));
+  // and the same through load_string (what --check of a piped text would take)
+  CHECK(has_error(load(std::string(4 * 1024 * 1024 + 1, '#')), "a configuration is at most"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("config: the admin's credential and what it guards", "[config][admin]") {
+  const std::string wide = "admin:\n  listen: \"0.0.0.0:9901\"\n" + kRoutes;
+  auto r = load(wide);
+  INFO(describe(r));
+  CHECK(has_error(r, "need a credential: set admin.token"));
+  CHECK(has_error(load("admin:\n  listen: \"0.0.0.0:9901\"\n  token: short\n" + kRoutes), "use at least 16"));
+  auto ok = load("admin:\n  listen: \"0.0.0.0:9901\"\n  token: 0123456789abcdef0123\n  hosts: [GW.Internal]\n"
+                 "  ready_requires_store: true\n  limits_rate: 10/s\n  limits_rate_per_peer: 2/s\n" +
+                 kRoutes);
+  INFO(describe(ok));
+  REQUIRE(ok.ok());
+  CHECK(ok.cfg->admin.token == "0123456789abcdef0123");
+  CHECK(ok.cfg->admin.hosts == std::vector<std::string>{"gw.internal"});
+  CHECK(ok.cfg->admin.ready_requires_store);
+  // loopback needs no token
+  CHECK(load("admin:\n  listen: \"127.0.0.1:9901\"\n" + kRoutes).ok());
+  CHECK(load("admin:\n  listen: \"[::1]:9901\"\n" + kRoutes).ok());
+  CHECK(load("admin:\n  listen: \"localhost:9901\"\n" + kRoutes).ok());
+}
+
+TEST_CASE("config: redis.startup_wait and sentinel_quorum", "[config][redis]") {
+  auto ok = load("store: redis\nredis:\n  addresses: [\"127.0.0.1:6379\"]\n  startup_wait: 0s\n" + kRoutes);
+  INFO(describe(ok));
+  REQUIRE(ok.ok());
+  CHECK(ok.cfg->redis.startup_wait == 0ms);
+  CHECK(load("store: redis\nredis:\n  addresses: [\"127.0.0.1:6379\"]\n" + kRoutes).cfg->redis.startup_wait == 5s);
+  CHECK(has_error(load("store: redis\nredis:\n  addresses: [\"127.0.0.1:6379\"]\n  startup_wait: 11m\n" + kRoutes),
+                  "at most 10m"));
+  auto q = load("store: redis\nredis:\n  mode: sentinel\n  master_name: m\n  addresses: [\"127.0.0.1:26379\", "
+                "\"127.0.0.1:26380\", \"127.0.0.1:26381\"]\n  sentinel_quorum: 2\n" +
+                kRoutes);
+  INFO(describe(q));
+  REQUIRE(q.ok());
+  CHECK(q.cfg->redis.sentinel_quorum == 2);
+  CHECK_FALSE(load("store: redis\nredis:\n  mode: sentinel\n  master_name: m\n  addresses: [\"127.0.0.1:26379\"]\n"
+                   "  sentinel_quorum: 2\n" +
+                   kRoutes)
+                  .ok());
 }
