@@ -13,6 +13,9 @@
 #include <boost/beast/http/write.hpp>
 #include <spdlog/spdlog.h>
 
+#include <boost/url/parse.hpp>
+
+#include "admin/access.hpp"
 #include "admin/routes.hpp"
 
 namespace fg::admin {
@@ -26,20 +29,13 @@ namespace {
 
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
-// Decrements the open-connection count when a session ends (or its frame is destroyed).
-struct counted {
-  unsigned& open;
-  explicit counted(unsigned& o) : open(o) { ++open; }
-  ~counted() { --open; }
-  counted(const counted&) = delete;
-  counted& operator=(const counted&) = delete;
-};
-
 http::response<http::string_body> make_response(reply r, bool head, bool keep_alive) {
   http::response<http::string_body> res{static_cast<http::status>(r.status), 11};
   res.set(http::field::content_type, r.content_type);
   res.set(http::field::cache_control, "no-store");
   if (!r.allow.empty()) res.set(http::field::allow, r.allow);
+  if (!r.www_authenticate.empty()) res.set(http::field::www_authenticate, r.www_authenticate);
+  if (r.retry_after) res.set(http::field::retry_after, std::to_string(r.retry_after));
   res.keep_alive(keep_alive);
   res.body() = std::move(r.body);
   res.prepare_payload();
@@ -59,6 +55,8 @@ auto logged(const char* what, spdlog::level::level_enum level) {
     }
   };
 }
+
+constexpr std::string_view admin_header_name = admin_header;
 
 reply error_reply(unsigned status, const char* message) {
   return {status, std::string("{\"error\":\"") + message + "\"}", "application/json", {}};
@@ -116,6 +114,45 @@ void listener::stop() {
   acceptor_.close(ignored);
 }
 
+// A session's place in conns_, given up when the session ends (or its frame is destroyed).
+struct listener::registration {
+  registration(listener& owner, conn_list::iterator at) : l(owner), it(at) {}
+  listener& l;
+  conn_list::iterator it;
+  ~registration() { l.forget(it); }
+  registration(const registration&) = delete;
+  registration& operator=(const registration&) = delete;
+};
+
+void listener::forget(conn_list::iterator it) {
+  if (!it->gone) {
+    --open_;
+    if (auto p = per_peer_.find(it->peer); p != per_peer_.end() && --p->second == 0) per_peer_.erase(p);
+  }
+  conns_.erase(it);
+}
+
+bool listener::evict(const std::string* peer) {
+  // conns_ runs from the longest idle: a session goes to the back when it becomes idle.
+  for (auto& c : conns_) {
+    if (c.busy || c.gone || (peer && c.peer != *peer)) continue;
+    c.gone = true;
+    --open_;
+    if (auto p = per_peer_.find(c.peer); p != per_peer_.end() && --p->second == 0) per_peer_.erase(p);
+    boost::system::error_code ignored;
+    c.stream->socket().close(ignored);
+    ++evicted_;
+    return true;
+  }
+  return false;
+}
+
+bool listener::make_room(const std::string& peer) {
+  if (auto p = per_peer_.find(peer); p != per_peer_.end() && p->second >= limits_.max_per_peer && !evict(&peer))
+    return false;
+  return open_ < limits_.max_connections || evict(nullptr);
+}
+
 asio::awaitable<void> listener::accept_loop() {
   for (;;) {
     auto [ec, socket] = co_await acceptor_.async_accept(use_tuple);
@@ -126,33 +163,72 @@ asio::awaitable<void> listener::accept_loop() {
       co_await t.async_wait(use_tuple);
       continue;
     }
-    // Past the cap: closed at once, so that a scraper cannot pile up connections.
-    if (open_ >= limits_.max_connections) {
+    boost::system::error_code pec;
+    auto peer = socket.remote_endpoint(pec).address().to_string();
+    // Full, and every connection busy with a request: this one is closed at once.
+    if (pec || !make_room(peer)) {
       boost::system::error_code ignored;
       socket.close(ignored);
+      if (++refused_ % 1000 == 1)
+        spdlog::warn("admin: {} connection(s) refused so far: every admin connection is busy", refused_);
       continue;
     }
     // An exception ends one session, never the listener.
-    asio::co_spawn(ioc_, session(std::move(socket)), logged("admin session", spdlog::level::warn));
+    asio::co_spawn(ioc_, session(std::move(socket), std::move(peer)), logged("admin session", spdlog::level::warn));
   }
 }
 
-asio::awaitable<void> listener::session(tcp::socket socket) {
-  counted count(open_);
+asio::awaitable<reply> listener::answer(const http::request<http::empty_body>& req, const std::string& peer) {
+  const auto target = req.target();
+  auto url = boost::urls::parse_origin_form(target);
+  const auto cfg = status_.current_config();
+  request_facts facts;
+  facts.method = req.method_string();
+  facts.path = url ? std::string_view(url->encoded_path()) : std::string_view();
+  const auto field = [&](auto name) -> std::optional<std::string_view> {
+    auto it = req.find(name);
+    if (it == req.end()) return std::nullopt;
+    return it->value();
+  };
+  facts.host = field(http::field::host);
+  facts.authorization = field(http::field::authorization);
+  facts.has_origin = req.find(http::field::origin) != req.end();
+  auto admin_header = field(admin_header_name);
+  facts.has_admin_header = admin_header && !admin_header->empty();
+  if (cfg && url) {
+    if (auto refused = refuse(facts, cfg->admin)) co_return std::move(*refused);
+    // A /limits call is a store read per limit: bounded so that it cannot load the store.
+    if (facts.path == "/limits" && (req.method() == http::verb::get || req.method() == http::verb::head) &&
+        !limits_budget_.take(peer, std::chrono::steady_clock::now(), cfg->admin)) {
+      reply busy{429, "{\"error\":\"too many /limits calls (admin.limits_rate, admin.limits_rate_per_peer)\"}",
+                 "application/json", {}};
+      busy.retry_after = 1;
+      co_return busy;
+    }
+  }
+  const services with{inspector_.get()};
+  co_return co_await serve(req.method_string(), target, status_, with);
+}
+
+asio::awaitable<void> listener::session(tcp::socket socket, std::string peer) {
   beast::tcp_stream stream(std::move(socket));
+  ++open_;
+  ++per_peer_[peer];
+  registration reg{*this, conns_.insert(conns_.end(), conn{peer, &stream})};
   beast::flat_buffer buffer;
   for (bool first = true;; first = false) {
     // Between requests: up to idle_timeout for the next one to begin.
     if (!first && buffer.size() == 0) {
       stream.expires_after(limits_.idle_timeout);
       auto [ec, n] = co_await stream.async_read_some(buffer.prepare(limits_.max_head_bytes), use_tuple);
-      if (ec) break;
+      if (ec || reg.it->gone) break;
       buffer.commit(n);
     }
     http::request_parser<http::empty_body> parser;
     parser.header_limit(static_cast<std::uint32_t>(limits_.max_head_bytes));
     stream.expires_after(limits_.read_timeout);
     auto [ec, n] = co_await http::async_read_header(stream, buffer, parser, use_tuple);
+    if (reg.it->gone) break;
     if (ec == http::error::header_limit) {
       auto res = make_response(error_reply(431, "request header fields too large"), false, false);
       co_await send(stream, std::move(res), limits_.read_timeout);
@@ -174,14 +250,16 @@ asio::awaitable<void> listener::session(tcp::socket socket) {
       co_await send(stream, std::move(res), limits_.read_timeout);
       break;
     }
-    const services with{inspector_.get()};
-    auto answer = co_await serve(req.method_string(), req.target(), status_, with);
-    auto res = make_response(std::move(answer), head, req.keep_alive());
+    reg.it->busy = true;
+    auto res = make_response(co_await answer(req, peer), head, req.keep_alive());
     const bool keep = co_await send(stream, std::move(res), limits_.read_timeout);
-    if (!keep) break;
+    if (!keep || reg.it->gone) break;
+    // Idle again: last in line to be closed for room.
+    reg.it->busy = false;
+    conns_.splice(conns_.end(), conns_, reg.it);
   }
   boost::system::error_code ignored;
-  stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  if (!reg.it->gone) stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
 }
 
 }  // namespace fg::admin

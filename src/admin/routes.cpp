@@ -1,5 +1,8 @@
 #include "admin/routes.hpp"
 
+#include <boost/asio/post.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/url/parse.hpp>
 
@@ -16,29 +19,37 @@ namespace {
 
 reply json_reply(unsigned status, const json::object& o) { return {status, json::serialize(o), "application/json", {}}; }
 
-reply healthz(status_source&) { return json_reply(200, {{"status", "alive"}}); }
+namespace asio = boost::asio;
+using boost::urls::url_view;
 
-reply readyz(status_source& status) {
+reply healthz(status_source&, url_view) { return json_reply(200, {{"status", "alive"}}); }
+
+// ?verbose (any value) lists every check, failing or not.
+reply readyz(status_source& status, url_view url) {
   auto r = status.ready();
-  if (r.ready) return json_reply(200, {{"status", "ready"}});
-  return json_reply(503, {{"status", "not ready"}, {"reason", r.reason}});
+  json::object o{{"status", r.ready ? "ready" : "not ready"}};
+  if (!r.ready) o["reason"] = r.reason;
+  if (url.params().contains("verbose")) {
+    json::array checks;
+    for (const auto& c : r.checks)
+      checks.push_back(json::object{{"name", c.name}, {"ok", c.ok}, {"required", c.required}, {"detail", c.detail}});
+    o["checks"] = std::move(checks);
+  }
+  return json_reply(r.ready ? 200 : 503, o);
 }
 
-reply effective_config(status_source& status) {
+reply effective_config(status_source& status, url_view) {
   auto cfg = status.current_config();
   if (!cfg) return json_reply(503, {{"error", "no configuration loaded"}});
   return json_reply(200, config_to_json(*cfg));
 }
 
 // Prometheus text exposition format 0.0.4.
-reply metrics(status_source& status) {
+reply metrics(status_source& status, url_view) {
   return {200, status.metrics(), "text/plain; version=0.0.4; charset=utf-8", {}};
 }
 
-// Loads the configuration file again (the same checks as at the start; a bad file
-// leaves the old configuration serving and is answered 422 with its errors).
-reply reload(status_source& status) {
-  auto r = status.reload();
+reply reload_reply(const reload_outcome& r) {
   if (!r.ok) {
     json::array errors;
     for (auto& e : r.errors) errors.emplace_back(e);
@@ -49,18 +60,31 @@ reply reload(status_source& status) {
   return json_reply(200, {{"status", "reloaded"}, {"hash", r.hash}, {"restart_needed", std::move(restart)}});
 }
 
+// Loads the configuration file again (the same checks as at the start; a bad file
+// leaves the old configuration serving and is answered 422 with its errors), on the
+// server's reload thread: this one goes on answering probes meanwhile.
+asio::awaitable<reply> reload(status_source& status, const services&, url_view) {
+  auto ex = co_await asio::this_coro::executor;
+  auto init = [&status, ex](auto handler) {
+    auto h = std::make_shared<decltype(handler)>(std::move(handler));
+    status.reload([h, ex](reload_outcome r) {
+      asio::post(ex, [h, r = std::move(r)]() mutable { (*h)(std::move(r)); });
+    });
+  };
+  auto outcome = co_await asio::async_initiate<decltype(asio::use_awaitable), void(reload_outcome)>(init, asio::use_awaitable);
+  co_return reload_reply(outcome);
+}
+
 struct endpoint {
   std::string_view path;
   // The methods it takes, as the Allow header lists them; HEAD wherever GET is.
   std::string_view allow;
-  reply (*handle)(status_source&);
+  reply (*handle)(status_source&, url_view);
   // Instead of handle: answered asynchronously, by serve().
-  boost::asio::awaitable<reply> (*handle_async)(const status_source&, const services&, boost::urls::url_view) =
-      nullptr;
+  asio::awaitable<reply> (*handle_async)(status_source&, const services&, url_view) = nullptr;
 };
 
-boost::asio::awaitable<reply> inspect_limits(const status_source& status, const services& with,
-                                             boost::urls::url_view url) {
+asio::awaitable<reply> inspect_limits(status_source& status, const services& with, url_view url) {
   return limits(status, with.inspector, url);
 }
 
@@ -69,7 +93,7 @@ constexpr std::array<endpoint, 6> endpoints{{
     {"/readyz", "GET, HEAD", &readyz},
     {"/config", "GET, HEAD", &effective_config},
     {"/metrics", "GET, HEAD", &metrics},
-    {"/reload", "POST", &reload},
+    {"/reload", "POST", nullptr, &reload},
     {"/limits", "GET, HEAD", nullptr, &inspect_limits},
 }};
 
@@ -110,7 +134,7 @@ reply dispatch(std::string_view method, std::string_view target, status_source& 
   const auto* e = route(method, *url, refused);
   if (!e) return refused;
   if (!e->handle) return json_reply(503, {{"error", "asynchronous path"}});
-  return e->handle(status);
+  return e->handle(status, *url);
 }
 
 boost::asio::awaitable<reply> serve(std::string_view method, std::string_view target, status_source& status,
@@ -120,7 +144,7 @@ boost::asio::awaitable<reply> serve(std::string_view method, std::string_view ta
   reply refused;
   const auto* e = route(method, *url, refused);
   if (!e) co_return refused;
-  if (!e->handle_async) co_return e->handle(status);
+  if (!e->handle_async) co_return e->handle(status, *url);
   co_return co_await e->handle_async(status, with, *url);
 }
 

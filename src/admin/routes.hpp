@@ -12,11 +12,17 @@ namespace fg::admin {
 
 // One admin answer, before it becomes an HTTP response (pure, tested without sockets).
 struct reply {
+  reply(unsigned s = 200, std::string b = {}, std::string type = "application/json", std::string allow_ = {})
+      : status(s), body(std::move(b)), content_type(std::move(type)), allow(std::move(allow_)) {}
   unsigned status = 200;
   std::string body;
   std::string content_type = "application/json";
   // Set on 405: the methods the path takes.
   std::string allow;
+  // Set on 401: the WWW-Authenticate challenge.
+  std::string www_authenticate;
+  // Set on 429: seconds until a call is admitted again.
+  unsigned retry_after = 0;
 };
 
 // The admin paths: each with the methods it takes and its handler.

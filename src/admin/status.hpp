@@ -1,4 +1,5 @@
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -6,10 +7,19 @@
 
 namespace fg::admin {
 
-// What /readyz answers: ready, or why not (one line, for an operator).
+// One thing /readyz looked at (`/readyz?verbose` lists them all).
+struct readiness_check {
+  std::string name;    // "config", "startup", "store", ...
+  bool ok = true;
+  bool required = true;  // whether a failure makes the instance unready
+  std::string detail;    // what was found, for an operator
+};
+
+// What /readyz answers: ready, or why not (one line, for an operator), and each check.
 struct readiness {
   bool ready = false;
   std::string reason;
+  std::vector<readiness_check> checks;
 };
 
 // What a reload did: swapped in (the file's hash; settings that need a restart to take
@@ -32,8 +42,9 @@ class status_source {
   virtual readiness ready() const = 0;
   // The Prometheus text of the process' counters, gathered now.
   virtual std::string metrics() const = 0;
-  // Reloads the configuration file (POST /reload); blocks until the workers use it.
-  virtual reload_outcome reload() = 0;
+  // Reloads the configuration file (POST /reload) away from the caller's thread: `done`
+  // runs on another thread once the workers use it (or it was rejected).
+  virtual void reload(std::function<void(reload_outcome)> done) = 0;
 };
 
 }  // namespace fg::admin

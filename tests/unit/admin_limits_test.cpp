@@ -167,7 +167,7 @@ struct fake_status final : fg::admin::status_source {
   cfg::snapshot current_config() const override { return cfg; }
   fg::admin::readiness ready() const override { return {true, {}}; }
   std::string metrics() const override { return {}; }
-  fg::admin::reload_outcome reload() override { return {}; }
+  void reload(std::function<void(fg::admin::reload_outcome)> done) override { done({}); }
 };
 
 // Answers every check with `answer`, or fails with `ec`; counts its calls.

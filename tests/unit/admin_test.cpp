@@ -2,11 +2,15 @@
 // source, and /config's JSON (every section present, the Redis password never in it).
 #include <catch2/catch.hpp>
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
 #include <string>
 
+#include "admin/access.hpp"
 #include "admin/config_json.hpp"
 #include "admin/routes.hpp"
 #include "config/loader.hpp"
@@ -65,8 +69,22 @@ struct fake_status final : fg::admin::status_source {
   std::string metrics() const override { return "# TYPE x counter\nx 1\n"; }
   fg::admin::reload_outcome next_reload{true, "abc", {}, {}};
   int reloads = 0;
-  fg::admin::reload_outcome reload() override { return ++reloads, next_reload; }
+  void reload(std::function<void(fg::admin::reload_outcome)> done) override {
+    ++reloads;
+    done(next_reload);
+  }
 };
+
+// serve(), run to completion on an io_context of its own.
+fg::admin::reply serve(const char* method, const std::string& target, fake_status& s) {
+  boost::asio::io_context ioc;
+  fg::admin::reply out;
+  boost::asio::co_spawn(
+      ioc, [&]() -> boost::asio::awaitable<void> { out = co_await fg::admin::serve(method, target, s, {}); },
+      boost::asio::detached);
+  ioc.run();
+  return out;
+}
 
 }  // namespace
 
@@ -77,7 +95,11 @@ TEST_CASE("admin: /healthz, /readyz and their failure", "[admin]") {
   CHECK(h.status == 200);
   CHECK(h.content_type == "application/json");
   CHECK(h.body == R"({"status":"alive"})");
-  CHECK(fg::admin::dispatch("GET", "/readyz?verbose=1", s).body == R"({"status":"ready"})");
+  CHECK(fg::admin::dispatch("GET", "/readyz", s).body == R"({"status":"ready"})");
+  s.state.checks = {{"store", false, false, "redis unreachable on 1 of 4 workers"}};
+  CHECK(fg::admin::dispatch("GET", "/readyz?verbose=1", s).body ==
+        R"({"status":"ready","checks":[{"name":"store","ok":false,"required":false,)"
+        R"("detail":"redis unreachable on 1 of 4 workers"}]})");
   s.state = {false, "redis unreachable on 1 of 4 workers"};
   auto r = fg::admin::dispatch("HEAD", "/readyz", s);
   CHECK(r.status == 503);
@@ -112,12 +134,12 @@ TEST_CASE("admin: POST /reload answers what the reload did", "[admin]") {
   CHECK(get.allow == "POST");
   CHECK(s.reloads == 0);
   s.next_reload.restart_needed = {"listen"};
-  auto ok = fg::admin::dispatch("POST", "/reload", s);
+  auto ok = serve("POST", "/reload", s);
   CHECK(s.reloads == 1);
   CHECK(ok.status == 200);
   CHECK(ok.body == R"({"status":"reloaded","hash":"abc","restart_needed":["listen"]})");
   s.next_reload = {false, {}, {"f.yaml:3:7: unknown key 'lmit'"}, {}};
-  auto bad = fg::admin::dispatch("POST", "/reload", s);
+  auto bad = serve("POST", "/reload", s);
   CHECK(bad.status == 422);
   CHECK(bad.body == R"({"status":"rejected","errors":["f.yaml:3:7: unknown key 'lmit'"]})");
 }
@@ -162,4 +184,89 @@ TEST_CASE("admin: an empty password shows as empty", "[admin]") {
   CHECK(o.at("redis").at("password") == "");
   CHECK(o.at("admin").as_object().empty());
   CHECK(o.at("store") == "memory");
+}
+
+// ---------------------------------------------------------------- who may call what
+
+namespace {
+
+fg::config::admin_config admin_at(const char* host, std::string token = {}) {
+  fg::config::admin_config a;
+  a.listen = fg::config::endpoint{host, 9901};
+  a.token = std::move(token);
+  a.hosts = {"gw.internal"};
+  return a;
+}
+
+fg::admin::request_facts facts(std::string_view method, std::string_view path, std::optional<std::string_view> host,
+                               std::optional<std::string_view> auth = {}) {
+  fg::admin::request_facts f;
+  f.method = method;
+  f.path = path;
+  f.host = host;
+  f.authorization = auth;
+  return f;
+}
+
+unsigned refused(const fg::admin::request_facts& f, const fg::config::admin_config& a) {
+  auto r = fg::admin::refuse(f, a);
+  return r ? r->status : 0;
+}
+
+}  // namespace
+
+TEST_CASE("admin access: a Host that is not the listener's is refused, probes excepted", "[admin][access]") {
+  const auto a = admin_at("127.0.0.1");
+  for (const char* ok : {"127.0.0.1:9901", "[::1]:9901", "10.1.2.3", "localhost:9901", "LOCALHOST.", "gw.internal:9901"})
+    CHECK(refused(facts("GET", "/metrics", ok), a) == 0);
+  for (const char* bad : {"evil.example:9901", "127.0.0.1.evil.example", "gw.internal.evil", ""})
+    CHECK(refused(facts("GET", "/metrics", bad), a) == 403);
+  // a kubelet probes by the pod's address, but a probe reveals nothing either way
+  CHECK(refused(facts("GET", "/healthz", "evil.example"), a) == 0);
+  CHECK(refused(facts("GET", "/readyz", "evil.example"), a) == 0);
+  // the refusal echoes no byte of the Host that could break its JSON
+  auto r = fg::admin::refuse(facts("GET", "/metrics", "a\"b<c>"), a);
+  REQUIRE(r);
+  const auto error = boost::json::parse(r->body).at("error").as_string();
+  CHECK(std::string_view(error).find('"') == std::string_view::npos);
+  CHECK(std::string_view(error).find('<') == std::string_view::npos);
+}
+
+TEST_CASE("admin access: with a token, privileged paths need it as a bearer credential", "[admin][access]") {
+  const auto a = admin_at("0.0.0.0", "s3cret-token");
+  for (const char* path : {"/config", "/limits", "/reload"}) {
+    const char* method = std::string_view(path) == "/reload" ? "POST" : "GET";
+    CHECK(refused(facts(method, path, "10.0.0.5:9901"), a) == 401);
+    CHECK(refused(facts(method, path, "10.0.0.5:9901", "Bearer wrong"), a) == 401);
+    CHECK(refused(facts(method, path, "10.0.0.5:9901", "Bearer s3cret-token-and-more"), a) == 401);
+    CHECK(refused(facts(method, path, "10.0.0.5:9901", "Basic s3cret-token"), a) == 401);
+    CHECK(refused(facts(method, path, "10.0.0.5:9901", "Bearer s3cret-token"), a) == 0);
+    CHECK(refused(facts(method, path, "10.0.0.5:9901", "bearer s3cret-token"), a) == 0);
+  }
+  auto r = fg::admin::refuse(facts("GET", "/config", "10.0.0.5"), a);
+  REQUIRE(r);
+  CHECK(r->www_authenticate.find("Bearer") == 0);
+  // the open paths stay open
+  for (const char* path : {"/healthz", "/readyz", "/metrics"}) CHECK(refused(facts("GET", path, "10.0.0.5"), a) == 0);
+}
+
+TEST_CASE("admin access: a web page can neither read nor change the admin", "[admin][access]") {
+  const auto a = admin_at("127.0.0.1");
+  auto post = facts("POST", "/reload", "127.0.0.1:9901");
+  CHECK(refused(post, a) == 403);  // a body-less POST a form could send
+  post.has_admin_header = true;
+  CHECK(refused(post, a) == 0);
+  post.has_origin = true;  // a browser's request, even one allowed to add headers
+  CHECK(refused(post, a) == 403);
+  auto get = facts("GET", "/config", "127.0.0.1:9901");
+  CHECK(refused(get, a) == 0);
+  get.has_origin = true;
+  CHECK(refused(get, a) == 403);
+}
+
+TEST_CASE("admin access: tokens compare by content only", "[admin][access]") {
+  CHECK(fg::admin::same_token("abc", "abc"));
+  CHECK_FALSE(fg::admin::same_token("abc", "abd"));
+  CHECK_FALSE(fg::admin::same_token("ab", "abc"));
+  CHECK_FALSE(fg::admin::same_token("", "abc"));
 }
