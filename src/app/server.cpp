@@ -11,9 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
-#include <fstream>
 #include <functional>
-#include <sstream>
 #include <optional>
 #include <thread>
 
@@ -21,6 +19,7 @@
 #include "admin/listener.hpp"
 #include "app/config_watch.hpp"
 #include "config/loader.hpp"
+#include "config/source_file.hpp"
 #include "util/text.hpp"
 #include "limit/inspector.hpp"
 #include "limit/cluster_batcher.hpp"
@@ -41,7 +40,7 @@ server::server(std::string path, std::shared_ptr<config::config> cfg) : path_(st
   rt_ = http::runtime::build(std::move(cfg));
 }
 
-server::~server() = default;
+server::~server() { stop_reload_thread(); }
 
 std::shared_ptr<const http::runtime> server::current() const {
   std::lock_guard lock(mu_);
@@ -50,76 +49,17 @@ std::shared_ptr<const http::runtime> server::current() const {
 
 config::snapshot server::current_config() const { return current()->cfg; }
 
-std::vector<std::pair<std::string, std::size_t>> server::cluster_masters() const {
-  std::vector<std::pair<std::string, std::size_t>> out;
-  for (const auto& w : workers_)
-    for (const auto& [node, up] : w->cluster_masters()) {
-      auto it = std::find_if(out.begin(), out.end(), [&](const auto& x) { return x.first == node; });
-      if (it == out.end()) it = out.insert(out.end(), {node, 0});
-      it->second += up;
-    }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-admin::readiness server::ready() const {
-  auto cfg = current_config();
-  if (!cfg) return {false, "no configuration loaded"};
-  if (cfg->store != config::store_kind::redis) return {true, {}};
-  std::size_t down = 0;
-  for (const auto& w : workers_) down += w->store_usable() ? 0 : 1;
-  if (down == 0 && !workers_.empty()) return {true, {}};
-  if (cfg->redis.mode == config::redis_mode::cluster) {
-    // Which masters, or that no complete slot map is known yet.
-    std::string why;
-    for (const auto& [node, up] : cluster_masters())
-      if (up < workers_.size()) why += fmt::format("{}master {} unreachable on {} of {} workers", why.empty() ? "" : "; ", node, workers_.size() - up, workers_.size());
-    if (why.empty()) why = fmt::format("redis cluster: no complete slot map on {} of {} workers", down, workers_.size());
-    return {false, why};
-  }
-  return {false, fmt::format("redis unreachable on {} of {} workers", down, workers_.size())};
-}
-
-std::string server::metrics() const {
-  std::vector<const obs::worker_metrics*> shards;
-  for (const auto& w : workers_) shards.push_back(&w->metrics());
-  obs::process_gauges g;
-  g.open_connections = connections_.open.load(std::memory_order_relaxed);
-  for (const auto& w : workers_) g.pooled_connections += w->pooled_connections();
-  g.reloads_ok = reloads_ok_.load(std::memory_order_relaxed);
-  g.reloads_failed = reloads_failed_.load(std::memory_order_relaxed);
-  const auto cfg = current_config();
-  g.sentinel = cfg->store == config::store_kind::redis && cfg->redis.mode == config::redis_mode::sentinel;
-  g.sentinel_master_changes = redis::sentinel_events::master_changes.load(std::memory_order_relaxed);
-  g.sentinel_not_master = redis::sentinel_events::not_master.load(std::memory_order_relaxed);
-  g.sentinel_switch_master = redis::sentinel_events::switch_master.load(std::memory_order_relaxed);
-  g.cluster = cfg->store == config::store_kind::redis && cfg->redis.mode == config::redis_mode::cluster;
-  if (g.cluster) {
-    using ev = redis::cluster_events;
-    const auto read = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-    g.cluster_events = {{"moved", read(ev::moved)},           {"ask", read(ev::ask)},
-                        {"refresh", read(ev::refreshes)},     {"refresh_failed", read(ev::refresh_failed)},
-                        {"try_again", read(ev::try_again)},   {"cluster_down", read(ev::cluster_down)},
-                        {"refund", read(limit::cluster_batcher::refunds)},
-                        {"split", read(limit::cluster_batcher::splits)}};
-    g.cluster_nodes = cluster_masters();
-    g.workers = workers_.size();
-  }
-  g.version = FG_VERSION;
-  return obs::render_metrics(*current_config(), shards, g);
-}
-
 namespace {
 
-// The file's text ("" if it cannot be read).
+// The file's text, as the loader reads it ("" if it cannot be read).
 std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  std::string text;
+  if (config::read_source_file(path, text)) text.clear();
+  return text;
 }
 
-// Binds the proxy's listening socket; false (logged) when it cannot.
+// Binds the proxy's socket (a connection to it is refused until it listens); false
+// (logged) when it cannot.
 bool bind_listener(tcp::acceptor& listener, const config::endpoint& at) {
   try {
     tcp::resolver resolver(listener.get_executor());
@@ -128,7 +68,6 @@ bool bind_listener(tcp::acceptor& listener, const config::endpoint& at) {
     listener.open(ep.protocol());
     listener.set_option(tcp::acceptor::reuse_address(true));
     listener.bind(ep);
-    listener.listen(asio::socket_base::max_listen_connections);
   } catch (const std::exception& e) {
     spdlog::error("cannot listen on {}: {}", at.str(), e.what());
     return false;
@@ -167,8 +106,78 @@ void server::start_workers(int listen_fd) {
     workers_.push_back(std::make_unique<worker>(i, rt_, access_, memory_.get(), &connections_));
   for (auto& w : workers_) w->start(listen_fd);
   workers_running_ = true;
-  spdlog::info("floodgate listening on {} with {} worker(s), {} route(s), at most {} connections", cfg.listen.str(), n,
-               cfg.routes.size(), connections_.max);
+}
+
+bool server::stores_ready() const {
+  return std::all_of(workers_.begin(), workers_.end(), [](const auto& w) { return w->store_usable(); });
+}
+
+void server::open_when_ready(asio::io_context& main_ioc, tcp::acceptor& listener, std::function<void(bool)> opened) {
+  const auto wait = rt_->cfg->store == config::store_kind::redis ? rt_->cfg->redis.startup_wait : config::duration(0);
+  const auto until = std::chrono::steady_clock::now() + wait;
+  auto timer = std::make_shared<asio::steady_timer>(main_ioc);
+  auto poll = std::make_shared<std::function<void()>>();
+  *poll = [this, &listener, timer, poll, until, wait, opened = std::move(opened)] {
+    const bool ready = stores_ready();
+    if (!ready && std::chrono::steady_clock::now() < until) {
+      timer->expires_after(std::chrono::milliseconds(10));
+      timer->async_wait([poll](const boost::system::error_code& ec) {
+        if (!ec) (*poll)();
+      });
+      return;
+    }
+    const auto& cfg = *rt_->cfg;
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started_at_);
+    if (!ready)
+      spdlog::warn("the store is not ready on every worker after redis.startup_wait ({}ms): serving anyway, under each "
+                   "route's on_store_error until it is",
+                   wait.count());
+    else if (cfg.store == config::store_kind::redis)
+      spdlog::info("the store is ready on every worker after {}ms", took.count());
+    boost::system::error_code ec;
+    listener.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) {
+      spdlog::error("cannot listen on {}: {}", cfg.listen.str(), ec.message());
+      opened(false);
+      return;
+    }
+    for (auto& w : workers_) w->accept();
+    serving_ = true;
+    spdlog::info("floodgate listening on {} with {} worker(s), {} route(s), at most {} connections", cfg.listen.str(),
+                 workers_.size(), cfg.routes.size(), connections_.max);
+    opened(true);
+    *poll = nullptr;  // (breaks the cycle through its own capture)
+  };
+  asio::post(main_ioc, [poll] { (*poll)(); });
+}
+
+void server::start_reload_thread() {
+  reload_work_.emplace(reload_ioc_.get_executor());
+  reload_thread_ = std::thread([this] {
+    for (;;) {
+      try {
+        reload_ioc_.run();
+        break;
+      } catch (const std::exception& e) {
+        spdlog::error("reload: {}", e.what());
+      }
+    }
+  });
+}
+
+void server::stop_reload_thread() {
+  // The reload under way finishes; those still queued are dropped.
+  reload_work_.reset();
+  reload_ioc_.stop();
+  if (reload_thread_.joinable()) reload_thread_.join();
+}
+
+void server::reload_later(std::string why) {
+  asio::post(reload_ioc_, [this, why = std::move(why)] { reload(why); });
+}
+
+void server::reload(std::function<void(admin::reload_outcome)> done) {
+  asio::post(reload_ioc_, [this, done = std::move(done)] { done(reload("POST /reload")); });
 }
 
 int server::run() {
@@ -185,6 +194,8 @@ int server::run() {
       return 1;
     }
   }
+  started_at_ = std::chrono::steady_clock::now();
+  start_reload_thread();
   start_workers(listener.native_handle());
   if (admin_listener) {
     // /limits reads the store on the admin's own thread and connection.
@@ -199,12 +210,12 @@ int server::run() {
   std::function<void()> on_hup = [&] {
     hup.async_wait([&](const boost::system::error_code& ec, int) {
       if (ec) return;
-      reload("SIGHUP");
+      reload_later("SIGHUP");
       on_hup();
     });
   };
   on_hup();
-  config_watch watch(main_ioc, path_, [this] { file_changed(); });
+  config_watch watch(main_ioc, path_, [this] { asio::post(reload_ioc_, [this] { file_changed(); }); });
 
   asio::signal_set signals(main_ioc, SIGTERM, SIGINT);
   int signal_number = 0;
@@ -212,16 +223,26 @@ int server::run() {
     if (!ec) signal_number = sig;
     main_ioc.stop();
   });
+  int exit_code = 0;
+  open_when_ready(main_ioc, listener, [&](bool ok) {
+    if (ok) return;
+    exit_code = 1;
+    main_ioc.stop();
+  });
   main_ioc.run();
   main_ioc.restart();
-  spdlog::info("signal {}: draining (up to {}ms)", signal_number, current_config()->http.drain_timeout.count());
+  if (exit_code) signal_number = 0;
+  else spdlog::info("signal {}: draining (up to {}ms)", signal_number, current_config()->http.drain_timeout.count());
   listener.close();
   hup.cancel();
   watch.close();
+  // Before the admin goes: a reload it waits for answers it on its io_context.
+  stop_reload_thread();
   // Draining is not serving: the admin listener goes first (its thread joins, its
   // connections close).
   admin_listener.reset();
-  return drain(main_ioc, signals);
+  const int drained = drain(main_ioc, signals);
+  return exit_code ? exit_code : drained;
 }
 
 int server::drain(asio::io_context& main_ioc, asio::signal_set& signals) {

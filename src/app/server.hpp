@@ -1,6 +1,14 @@
 #pragma once
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <memory>
+#include <optional>
+#include <thread>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -40,9 +48,21 @@ class server final : public admin::status_source {
   std::vector<std::pair<std::string, std::size_t>> cluster_masters() const;
   admin::readiness ready() const override;
   std::string metrics() const override;
-  admin::reload_outcome reload() override { return reload("POST /reload"); }
+  // On the reload thread; `done` runs there.
+  void reload(std::function<void(admin::reload_outcome)> done) override;
 
  private:
+  // Reloads run here, one at a time, away from the signal thread (which must stay free
+  // for SIGTERM) and from the admin's (which answers probes).
+  void reload_later(std::string why);
+  void start_reload_thread();
+  void stop_reload_thread();
+  // Until every worker's store is ready or redis.startup_wait has passed (logged either
+  // way), the proxy port is bound but does not listen; then it listens and the workers
+  // accept. `opened` runs on the main thread once it does.
+  void open_when_ready(boost::asio::io_context& main_ioc, boost::asio::ip::tcp::acceptor& listener,
+                       std::function<void(bool)> opened);
+  bool stores_ready() const;
   std::shared_ptr<const http::runtime> current() const;
   // listen, workers, admin.listen, memory.max_keys and http.max_connections stay as
   // they are until a restart: logged, and kept in `next`.
@@ -62,6 +82,12 @@ class server final : public admin::status_source {
   http::connection_limit connections_;
   std::vector<std::unique_ptr<worker>> workers_;
   std::atomic<bool> workers_running_{false};
+  // The proxy port listens (startup is over).
+  std::atomic<bool> serving_{false};
+  std::chrono::steady_clock::time_point started_at_{};
+  boost::asio::io_context reload_ioc_;
+  std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> reload_work_;
+  std::thread reload_thread_;
 };
 
 }  // namespace fg::app

@@ -128,7 +128,6 @@ void worker::start(int listen_fd) {
     ep = ss.ss_family == AF_INET6 ? tcp::endpoint(tcp::v6(), 0) : tcp::endpoint(tcp::v4(), 0);
   }
   acceptor_ = std::make_unique<tcp::acceptor>(*ioc_, ep.protocol(), fd);
-  asio::co_spawn(*ioc_, accept_loop(), asio::detached);
   asio::co_spawn(*ioc_, sweep_deadlines(), asio::detached);
   if (limits_->redis) asio::post(*ioc_, [r = limits_->redis] { r.start(); });
   thread_ = std::thread([this] {
@@ -140,6 +139,12 @@ void worker::start(int listen_fd) {
         spdlog::error("worker {}: {}", ctx_.id, e.what());
       }
     }
+  });
+}
+
+void worker::accept() {
+  asio::post(*ioc_, [this] {
+    if (!ctx_.draining) asio::co_spawn(*ioc_, accept_loop(), asio::detached);
   });
 }
 

@@ -43,8 +43,11 @@ class worker {
          limit::memory_store* memory, http::connection_limit* connections);
   ~worker();
 
-  // `listen_fd` is duplicated; the worker's thread starts.
+  // `listen_fd` (bound, perhaps not listening yet) is duplicated; the worker's thread
+  // starts, and its store connects. Nothing is accepted before accept().
   void start(int listen_fd);
+  // Thread-safe. Starts accepting on the listening socket (once it listens).
+  void accept();
   // Thread-safe. Stop accepting, close idle connections, let in-flight requests finish.
   void drain();
   // Thread-safe. Abandon whatever is still running.

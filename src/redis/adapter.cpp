@@ -18,6 +18,7 @@ void adapter::attach(redisAsyncContext* ac, std::weak_ptr<void> owner) {
   ac_->ev.addWrite = &adapter::add_write;
   ac_->ev.delWrite = &adapter::del_write;
   ac_->ev.cleanup = &adapter::cleanup;
+  bound_replies(ac_->c.reader, budget_);
   error_code ec;
   sd_.assign(ac_->c.fd, ec);
 }
@@ -55,7 +56,11 @@ void adapter::wait_read() {
   sd_.async_wait(asio::posix::stream_descriptor::wait_read, [this, keep = std::move(keep)](error_code ec) {
     reading_ = false;
     if (ec || !ac_) return;
-    if (want_read_) redisAsyncHandleRead(ac_);
+    if (want_read_) {
+      // Past the cap the read fails the connection (hiredis' protocol-error path).
+      refuse_if_overfull(ac_->c.reader);
+      redisAsyncHandleRead(ac_);
+    }
     wait_read();
   });
 }

@@ -4,13 +4,16 @@
 
 #include <memory>
 
+#include "redis/reply_bounds.hpp"
+
 struct redisAsyncContext;
 
 namespace fg::redis {
 
 // hiredis' event hooks on an Asio event loop: hiredis asks for reads and writes
 // (add/del), the adapter waits for the socket and calls hiredis back. hiredis owns
-// the descriptor and closes it; the adapter only borrows it. Not thread-safe.
+// the descriptor and closes it; the adapter only borrows it. It also bounds what a
+// reply may make hiredis hold (redis/reply_bounds.hpp). Not thread-safe.
 class adapter {
  public:
   explicit adapter(boost::asio::any_io_executor ex) : ex_(std::move(ex)), sd_(ex_) {}
@@ -41,6 +44,7 @@ class adapter {
   boost::asio::posix::stream_descriptor sd_;
   redisAsyncContext* ac_ = nullptr;
   std::weak_ptr<void> owner_;
+  reply_budget budget_;
   // What hiredis wants, and whether a wait for it is outstanding.
   bool want_read_ = false, want_write_ = false, reading_ = false, writing_ = false;
 };

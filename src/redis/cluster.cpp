@@ -4,6 +4,7 @@
 #include <hiredis/hiredis.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <string_view>
 
 #include "redis/cluster_map.hpp"
@@ -23,6 +24,8 @@ constexpr unsigned max_hops = 5, max_tries = 3;
 // More nodes than any real cluster has (Redis' guidance is up to 1000): addresses come
 // from the cluster's own answers, and a bound keeps a confused one from growing this.
 constexpr std::size_t max_nodes = 2048;
+// Calls waiting for a map after a redirection to an unknown address.
+constexpr std::size_t max_parked = 4096;
 
 std::string key_of(const config::endpoint& ep) { return ep.host + ":" + std::to_string(ep.port); }
 }  // namespace
@@ -33,7 +36,7 @@ struct cluster_client::call {
   std::string args;
   raw_completion done;
   unsigned hops = 0, tries = 0;
-  bool asked = false;
+  bool asked = false, parked = false;
 };
 
 cluster_client::cluster_client(asio::any_io_executor ex, config::redis_config cfg, std::string script)
@@ -57,6 +60,38 @@ void cluster_client::start_seeds() {
   for (const auto& a : cfg_.addresses) seeds_.push_back(connect_to(a));
 }
 
+bool cluster_client::known(const config::endpoint& ep) const {
+  if (known_.count(key_of(ep))) return true;
+  return std::any_of(cfg_.addresses.begin(), cfg_.addresses.end(),
+                     [&](const config::endpoint& a) { return a.host == ep.host && a.port == ep.port; });
+}
+
+void cluster_client::park(std::shared_ptr<call> c) {
+  if (c->parked || parked_.size() >= max_parked || stopped_) {
+    c->done(errc::cluster, nullptr);
+    return;
+  }
+  c->parked = true;
+  parked_.push_back(std::move(c));
+  refresh_soon();
+}
+
+void cluster_client::release_parked() {
+  // Where the map (new, or as it was if none came) says now.
+  auto calls = std::exchange(parked_, {});
+  for (auto& c : calls) dispatch(std::move(c), node_of(c->slot), false);
+}
+
+void cluster_client::drop(std::size_t i) {
+  auto& n = nodes_[i];
+  if (!n.live) return;
+  if (n.conn) n.conn->stop();
+  by_addr_.erase(key_of(n.address));
+  n = node{};
+  n.live = false;
+  free_.push_back(i);
+}
+
 void cluster_client::stop() {
   if (stopped_) return;
   stopped_ = true;
@@ -65,6 +100,7 @@ void cluster_client::stop() {
   for (auto& n : nodes_)
     if (n.conn) n.conn->stop();
   for (auto& s : seeds_) s->stop();
+  for (auto& c : std::exchange(parked_, {})) c->done(errc::disconnected, nullptr);
 }
 
 bool cluster_client::connected() const {
@@ -98,6 +134,11 @@ std::size_t cluster_client::node_at(const config::endpoint& ep) {
   std::size_t i;
   if (it != by_addr_.end()) {
     i = it->second;
+  } else if (!free_.empty()) {
+    i = free_.back();
+    free_.pop_back();
+    nodes_[i] = node{ep, nullptr};
+    by_addr_.emplace(std::move(key), i);
   } else {
     if (nodes_.size() >= max_nodes) return npos;
     i = nodes_.size();
@@ -161,6 +202,15 @@ void cluster_client::on_reply(std::shared_ptr<call> c, std::size_t from, error_c
     const auto kind = classify_error(text);
     if (kind == cluster_error::moved || kind == cluster_error::ask) {
       auto to = parse_redirect(text, nodes_[from].address);
+      if (to && !known(to->address)) {
+        // Not a node of the cluster as far as any map says: not followed (nor sent the
+        // password); a new map decides.
+        cluster_events::foreign_redirect.fetch_add(1, std::memory_order_relaxed);
+        spdlog::warn("Redis Cluster: {} redirects slot {} to {}, which is not a node of the cluster's map: not followed",
+                     key_of(nodes_[from].address), to->slot, key_of(to->address));
+        park(std::move(c));
+        return;
+      }
       if (to && ++c->hops <= max_hops && !(kind == cluster_error::ask && c->asked)) {
         auto target = node_at(to->address);
         if (kind == cluster_error::moved) {
@@ -244,7 +294,10 @@ void cluster_client::refresh() {
     for (auto& s : seeds_)
       if (s->connected()) up.push_back(s.get());
   }
-  if (up.empty()) return;  // the tick asks again
+  if (up.empty()) {
+    release_parked();
+    return;  // the tick asks again
+  }
   auto* asked = up[ask_next_++ % up.size()];
   refreshing_ = true;
   last_refresh_ = clock::now();
@@ -254,12 +307,14 @@ void cluster_client::refresh() {
     self->refreshing_ = false;
     if (ec || r.is_error()) cluster_events::refresh_failed.fetch_add(1, std::memory_order_relaxed);
     else self->refreshed(r, at);
+    self->release_parked();
     if (std::exchange(self->again_, false)) self->refresh_soon();
   });
 }
 
 void cluster_client::refreshed(const reply& r, const config::endpoint& asked) {
   auto map = cluster_map::parse(r, asked);
+  if (map && map->masters().size() > max_nodes) map = std::string("more masters than a cluster has");
   if (!map || map->covered() == 0) {
     cluster_events::refresh_failed.fetch_add(1, std::memory_order_relaxed);
     spdlog::warn("Redis Cluster: no usable slot map from {}: {}", key_of(asked),
@@ -267,6 +322,11 @@ void cluster_client::refreshed(const reply& r, const config::endpoint& asked) {
     return;
   }
   cluster_events::refreshes.fetch_add(1, std::memory_order_relaxed);
+  known_.clear();
+  for (const auto& range : map->ranges()) {
+    known_.insert(key_of(range.master.address));
+    for (const auto& replica : range.replicas) known_.insert(key_of(replica.address));
+  }
   std::vector<bool> serving(nodes_.size() + map->masters().size(), false);
   std::fill(owner_.begin(), owner_.end(), no_owner);
   covered_ = 0;
@@ -281,16 +341,15 @@ void cluster_client::refreshed(const reply& r, const config::endpoint& asked) {
   std::size_t masters = 0;
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     auto& n = nodes_[i];
+    if (!n.live) continue;
     const bool now = i < serving.size() && serving[i];
     if (now != n.serving)
       spdlog::info("Redis Cluster: {} {}", key_of(n.address), now ? "serves slots" : "serves no slot any more");
     n.serving = now;
     masters += now;
-    // A node that serves nothing (a failed master, a replica) is not kept connected.
-    if (!now && n.conn) {
-      n.conn->stop();
-      n.conn.reset();
-    }
+    // A node that serves nothing (a failed master, a replica) is not kept: its entry
+    // is free for another.
+    if (!now) drop(i);
   }
   masters_ = masters;
   for (auto& s : seeds_) s->stop();

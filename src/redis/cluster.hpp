@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "config/config.hpp"
@@ -25,6 +26,7 @@ struct cluster_events {
   static inline std::atomic<std::uint64_t> refresh_failed{0};  // no node gave a usable map
   static inline std::atomic<std::uint64_t> try_again{0};     // TRYAGAIN answers (retried)
   static inline std::atomic<std::uint64_t> cluster_down{0};  // CLUSTERDOWN answers (store errors)
+  static inline std::atomic<std::uint64_t> foreign_redirect{0};  // redirections to a non-node, not followed
 };
 
 // redis.mode: cluster. The slot map comes from CLUSTER SLOTS, asked of any node it knows
@@ -36,7 +38,13 @@ struct cluster_events {
 // the call (the route's on_store_error) and asks for a new map. Map refreshes are
 // coalesced (one in flight, at most one every 100 ms) and happen on MOVED, on a lost
 // connection, every 250 ms while some master is unreachable or a slot has no master,
-// and every 5 s otherwise: a promoted replica is found with no manual step. Scripts
+// and every 5 s otherwise: a promoted replica is found with no manual step.
+//
+// Only nodes of the cluster are connected to (and sent the password): the seeds in
+// redis.addresses and the masters and replicas of the last map a known node gave. A
+// MOVED or ASK naming any other address is not followed: the call waits for a new map
+// (once) and goes where that map says; a second such redirection fails it (a store
+// error). A node that leaves the map is dropped (its number may be reused). Scripts
 // load on every connect and again on NOSCRIPT (redis::connection). Per worker, on its
 // executor; not thread-safe.
 class cluster_client : public std::enable_shared_from_this<cluster_client> {
@@ -75,6 +83,7 @@ class cluster_client : public std::enable_shared_from_this<cluster_client> {
     config::endpoint address;
     std::shared_ptr<connection> conn;  // null once the node serves no slot
     bool serving = false;              // a master of some slot, as of the last map
+    bool live = true;                  // false: a dropped node's free entry
   };
   struct call;
   // A started connection to `ep` (a master, or a seed).
@@ -86,6 +95,12 @@ class cluster_client : public std::enable_shared_from_this<cluster_client> {
   void on_reply(std::shared_ptr<call> c, std::size_t from, boost::system::error_code ec, const redisReply* r);
   void refresh();
   void refreshed(const reply& r, const config::endpoint& asked);
+  // Whether `ep` is a seed or a node of the last map.
+  bool known(const config::endpoint& ep) const;
+  // A call redirected to an unknown address waits here for the next map.
+  void park(std::shared_ptr<call> c);
+  void release_parked();
+  void drop(std::size_t i);
   void arm_tick();
 
   boost::asio::any_io_executor ex_;
@@ -93,6 +108,9 @@ class cluster_client : public std::enable_shared_from_this<cluster_client> {
   std::string script_;
   std::vector<node> nodes_;                               // bounded: see node_at
   std::unordered_map<std::string, std::size_t> by_addr_;  // "host:port" -> nodes_ index
+  std::vector<std::size_t> free_;                         // dropped entries of nodes_, for reuse
+  std::unordered_set<std::string> known_;                 // "host:port" of the seeds and the map's nodes
+  std::vector<std::shared_ptr<call>> parked_;             // bounded: max_parked
   std::vector<std::uint16_t> owner_;                      // per slot: nodes_ index, or no_owner
   static constexpr std::uint16_t no_owner = 0xffff;
   std::size_t masters_ = 0, covered_ = 0;
