@@ -1,6 +1,7 @@
 #pragma once
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -24,25 +25,38 @@ class call_budget {
     refill(total_, cfg.limits_rate, now);
     auto* mine = bucket_for(peer, now, cfg);
     refill(*mine, cfg.limits_rate_per_peer, now);
-    if (total_.tokens < 1.0 || mine->tokens < 1.0) return false;
+    if (total_.tokens < 1.0 || mine->tokens < 1.0) {
+      // Until both buckets hold a whole call again, in whole seconds (Retry-After).
+      const double wait = std::max(seconds_to_one(total_, cfg.limits_rate), seconds_to_one(*mine, cfg.limits_rate_per_peer));
+      wait_s_ = static_cast<unsigned>(std::max(1.0, std::ceil(wait)));
+      return false;
+    }
     total_.tokens -= 1.0;
     mine->tokens -= 1.0;
     return true;
   }
   std::size_t peers() const { return peers_.size(); }
+  // After a refused take(): seconds until a call would be admitted (at least 1).
+  unsigned wait_s() const { return wait_s_; }
 
  private:
   struct bucket {
     double tokens = -1;  // < 0: new, filled on first use
     clock::time_point at{};
   };
+  static double per_second(const config::rate& r) {
+    return static_cast<double>(r.count) * 1000.0 / static_cast<double>(std::max<std::int64_t>(1, r.per.count()));
+  }
+  static double seconds_to_one(const bucket& b, const config::rate& r) {
+    return b.tokens >= 1.0 ? 0.0 : (1.0 - b.tokens) / per_second(r);
+  }
   static void refill(bucket& b, const config::rate& r, clock::time_point now) {
     const double burst = static_cast<double>(r.count);
     if (b.tokens < 0) {
       b = {burst, now};
       return;
     }
-    const double per_s = burst * 1000.0 / static_cast<double>(std::max<std::int64_t>(1, r.per.count()));
+    const double per_s = per_second(r);
     const double elapsed = std::chrono::duration<double>(now - b.at).count();
     b.tokens = std::min(burst, b.tokens + elapsed * per_s);
     b.at = now;
@@ -61,6 +75,7 @@ class call_budget {
   }
 
   bucket total_, shared_;
+  unsigned wait_s_ = 1;
   std::unordered_map<std::string, bucket> peers_;
 };
 

@@ -202,7 +202,7 @@ asio::awaitable<reply> listener::answer(const http::request<http::empty_body>& r
         !limits_budget_.take(peer, std::chrono::steady_clock::now(), cfg->admin)) {
       reply busy{429, "{\"error\":\"too many /limits calls (admin.limits_rate, admin.limits_rate_per_peer)\"}",
                  "application/json", {}};
-      busy.retry_after = 1;
+      busy.retry_after = limits_budget_.wait_s();
       co_return busy;
     }
   }

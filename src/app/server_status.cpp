@@ -110,6 +110,7 @@ std::string server::metrics() const {
     g.cluster_events = {{"moved", read(ev::moved)},           {"ask", read(ev::ask)},
                         {"refresh", read(ev::refreshes)},     {"refresh_failed", read(ev::refresh_failed)},
                         {"try_again", read(ev::try_again)},   {"cluster_down", read(ev::cluster_down)},
+                        {"foreign_redirect", read(ev::foreign_redirect)},
                         {"refund", read(limit::cluster_batcher::refunds)},
                         {"split", read(limit::cluster_batcher::splits)}};
     g.cluster_nodes = cluster_masters();

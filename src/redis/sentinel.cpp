@@ -7,6 +7,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <charconv>
 
 #include "redis/connection.hpp"
@@ -45,17 +46,29 @@ std::optional<config::endpoint> master_of(const reply& r) {
 }  // namespace
 
 struct sentinel::state : std::enable_shared_from_this<state> {
-  state(asio::any_io_executor e, std::string name) : ex(std::move(e)), master_name(std::move(name)), timer(ex) {}
+  state(asio::any_io_executor e, std::string name, std::size_t q)
+      : ex(std::move(e)), master_name(std::move(name)), quorum(q), timer(ex) {}
 
   asio::any_io_executor ex;
   std::string master_name;
+  std::size_t quorum;  // 0: every sentinel that answers must agree
   std::vector<std::shared_ptr<connection>> sentinels, subscribers;
   std::optional<config::endpoint> master;
   std::function<void()> moved;
   asio::steady_timer timer;
-  bool asking = false, again = false, stopped = false;
+  bool asking = false, again = false, stopped = false, disagreed = false;
 
-  // Asks the sentinels in turn until one names the master; then again every 500 ms.
+  // The address enough sentinels name: with a quorum, the one at least `quorum` of them
+  // name; without, the one every sentinel that answered names.
+  std::optional<config::endpoint> agreed(const std::vector<std::pair<config::endpoint, std::size_t>>& named,
+                                         std::size_t answered) const {
+    for (const auto& [ep, votes] : named)
+      if (quorum ? votes >= quorum : votes == answered) return ep;
+    return std::nullopt;
+  }
+
+  // Asks every sentinel that is connected, takes the address they agree on; then again
+  // every 500 ms.
   void ask() {
     if (stopped) return;
     if (asking) {
@@ -67,17 +80,37 @@ struct sentinel::state : std::enable_shared_from_this<state> {
   }
 
   static asio::awaitable<void> ask_all(std::shared_ptr<state> self) {
-    std::optional<config::endpoint> found;
     // (built before the co_await: GCC 12 cannot take a braced list in one)
     const std::vector<std::string> ask{"SENTINEL", "get-master-addr-by-name", self->master_name};
+    // Each address named, with how many sentinels named it (at most one per sentinel).
+    std::vector<std::pair<config::endpoint, std::size_t>> named;
+    std::size_t answered = 0;
     for (auto& s : self->sentinels) {
       if (!s->connected()) continue;
       auto [ec, r] = co_await s->command(ask);
       if (self->stopped) co_return;
       if (ec || r.is_error()) continue;
-      if ((found = master_of(r))) break;
+      auto m = master_of(r);
+      if (!m) continue;
+      ++answered;
+      auto it = std::find_if(named.begin(), named.end(), [&](const auto& n) { return n.first == *m; });
+      if (it == named.end()) named.emplace_back(*m, 1);
+      else ++it->second;
     }
     self->asking = false;
+    auto found = answered ? self->agreed(named, answered) : std::nullopt;
+    if (answered && !found) {
+      // Sentinels mid-failover, or one that lies: the master stays what it was.
+      if (!std::exchange(self->disagreed, true)) {
+        std::string seen;
+        for (const auto& [ep, votes] : named) seen += fmt::format("{}{} ({} of {})", seen.empty() ? "" : ", ", ep.str(), votes, answered);
+        spdlog::warn("sentinel: no agreement on master '{}' ({}; {}): keeping {}", self->master_name, seen,
+                     self->quorum ? fmt::format("quorum {}", self->quorum) : std::string("all must agree"),
+                     self->master ? self->master->str() : std::string("none"));
+      }
+    } else if (found) {
+      self->disagreed = false;
+    }
     if (found && (!self->master || !(*found == *self->master))) {
       const bool had = self->master.has_value();
       spdlog::info("sentinel: master '{}' is {}{}", self->master_name, found->str(),
@@ -96,7 +129,7 @@ struct sentinel::state : std::enable_shared_from_this<state> {
 };
 
 sentinel::sentinel(asio::any_io_executor ex, const config::redis_config& cfg)
-    : state_(std::make_shared<state>(ex, cfg.master_name)) {
+    : state_(std::make_shared<state>(ex, cfg.master_name, cfg.sentinel_quorum)) {
   for (const auto& at : cfg.addresses) {
     auto c = std::make_shared<connection>(ex, sentinel_config(cfg, at), std::string());
     c->start();

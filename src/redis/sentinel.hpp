@@ -23,8 +23,9 @@ struct sentinel_events {
 };
 
 // redis.mode: sentinel. The master is whatever the sentinels in redis.addresses say
-// `master_name` is (SENTINEL get-master-addr-by-name, asked of each in turn until one
-// answers), asked at the start, again at once when the connection to the master is
+// `master_name` is (SENTINEL get-master-addr-by-name, asked of every sentinel connected;
+// the address is taken only when they agree: all that answered, or at least
+// redis.sentinel_quorum of them; else the master stays what it was), asked at the start, again at once when the connection to the master is
 // lost or the server says it is not a master (ROLE, on every connect), and every 500
 // ms while connected, and at once when a sentinel publishes +switch-master for it (each
 // sentinel has a subscriber connection too), so that a failover (SENTINEL FAILOVER, or

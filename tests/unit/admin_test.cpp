@@ -270,3 +270,32 @@ TEST_CASE("admin access: tokens compare by content only", "[admin][access]") {
   CHECK_FALSE(fg::admin::same_token("ab", "abc"));
   CHECK_FALSE(fg::admin::same_token("", "abc"));
 }
+
+// ---------------------------------------------------------------- the /limits call budget
+
+#include "admin/call_budget.hpp"
+
+TEST_CASE("admin: /limits calls are budgeted in total and per peer", "[admin][budget]") {
+  fg::config::admin_config a;
+  a.limits_rate = {10, std::chrono::milliseconds(1000)};
+  a.limits_rate_per_peer = {2, std::chrono::milliseconds(60000)};
+  fg::admin::call_budget b;
+  const auto t0 = fg::admin::call_budget::clock::now();
+  CHECK(b.take("p", t0, a));
+  CHECK(b.take("p", t0, a));
+  CHECK_FALSE(b.take("p", t0, a));
+  CHECK(b.wait_s() == 30);  // one call per 30 s for this peer
+  CHECK(b.take("q", t0, a));  // another peer's own bucket
+  CHECK(b.take("p", t0 + std::chrono::seconds(30), a));
+  // the total: 10 a second whoever asks
+  fg::admin::call_budget t;
+  int admitted = 0;
+  for (int i = 0; i < 50; ++i) admitted += t.take("peer" + std::to_string(i), t0, a);
+  CHECK(admitted == 10);
+  CHECK(t.wait_s() == 1);
+  // the peer table stays bounded: past max_peers, new peers share one bucket
+  fg::admin::call_budget many;
+  a.limits_rate = {1000000, std::chrono::milliseconds(1000)};
+  for (std::size_t i = 0; i < 3 * fg::admin::call_budget::max_peers; ++i) (void)many.take(std::to_string(i), t0, a);
+  CHECK(many.peers() <= fg::admin::call_budget::max_peers);
+}
