@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds (release and ASan+UBSan), runs every test:
 # unit tests and integration tests (the real binary against real upstreams and
-# redis-server processes that the tests start on free ports), and the image: the
-# Dockerfile built and run with buildah (as root).
+# redis-server processes that the tests start on free ports), the image (the
+# Dockerfile built and run with buildah, as root), and the fuzz targets' smoke run
+# (tests/fuzz: every seed replayed clean, then a few seconds of mutation each).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh test
@@ -15,6 +16,13 @@ ctest --test-dir build --output-on-failure -j1
 
 echo "== image: the Dockerfile built with buildah and run (tests/docker/test_image.sh)"
 tests/docker/test_image.sh
+
+echo "== fuzz targets (clang-16 libFuzzer, ASan+UBSan): built, seed corpora replayed, a short run each"
+if [ ! -f build-fuzz/build.ninja ]; then
+  cmake -S tests/fuzz -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++-16 >/dev/null
+fi
+ninja -C build-fuzz -j"$FG_JOBS"
+ctest --test-dir build-fuzz --output-on-failure -j1
 
 echo "== sanitizer build (address,undefined)"
 scripts/build.sh asan
