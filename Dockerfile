@@ -1,6 +1,9 @@
 # floodgate's image: Debian 12, two stages.
 #   docker build -t floodgate .
-#   docker run --rm -p 8080:8080 -p 127.0.0.1:9901:9901 -e FG_UPSTREAM=host:port floodgate
+#   export ADMIN_TOKEN=$(openssl rand -hex 32)
+#   docker run --rm -p 8080:8080 -p 127.0.0.1:9901:9901 -e FG_UPSTREAM=host:port -e ADMIN_TOKEN floodgate
+# The image's config puts the admin listener on 0.0.0.0:9901 with admin.token
+# "${ADMIN_TOKEN}": without that variable the gateway refuses to start.
 # See the README, "Docker". tests/docker/test_image.sh builds and runs this file.
 
 # --- build: the same scripts as a checkout (scripts/deps.sh, scripts/build.sh) ---------
@@ -41,10 +44,15 @@ COPY --from=build /out/floodgate /usr/local/bin/floodgate
 COPY docker/floodgate.yaml /etc/floodgate/floodgate.yaml
 # Numeric, so that Kubernetes' runAsNonRoot can verify it (a name it cannot).
 USER 10001:10001
-# The proxy, the admin listener (/healthz /readyz /metrics /config).
+# The proxy, the admin listener (/healthz /readyz /metrics open; /config /limits
+# POST /reload with the bearer ADMIN_TOKEN).
 EXPOSE 8080 9901
-# No curl in the image: the binary asks its own admin listener (exit 0 on 2xx, within 3 s).
+# Liveness, not readiness: /healthz answers while the process serves, whatever the
+# store does. An orchestrator that restarts unhealthy containers must not restart every
+# gateway at once during a Redis outage (/readyz is for the load balancer's rotation).
+# No curl in the image: the binary asks its own admin listener (exit 0 on 2xx, within
+# 3 s); the probes need neither the token nor a Host name.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=5s --retries=3 \
-  CMD ["floodgate", "--health-check", "http://127.0.0.1:9901/readyz"]
+  CMD ["floodgate", "--health-check", "http://127.0.0.1:9901/healthz"]
 ENTRYPOINT ["floodgate"]
 CMD ["--config", "/etc/floodgate/floodgate.yaml"]

@@ -1,11 +1,16 @@
 """docker/'s files: compose and Kubernetes YAML parse and hang together, every floodgate
-config they use or embed passes `floodgate --check` (with the environment they give it),
-and the Grafana dashboard asks only for metrics that /metrics documents."""
+config they use or embed passes `floodgate --check` (with the environment they give it)
+and is refused without its admin token, no file holds a placeholder secret, the
+sidecar's NetworkPolicy admits the admin port only from the monitoring namespace, the
+image's HEALTHCHECK asks for liveness (and passes while Redis is down), and the Grafana
+dashboard asks only for metrics that /metrics documents."""
+import ipaddress
 import json
 import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +19,7 @@ import yaml
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 DOCKER = ROOT / "docker"
+SIDECAR = DOCKER / "sidecar"
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 from conftest import BIN, Gateway, RedisServer, Upstream, free_port, read_response  # noqa: E402
 import socket  # noqa: E402
@@ -24,44 +30,252 @@ COMING = set()  # metrics the dashboard may ask for before the binary has them
 # Shown only with redis.mode sentinel (tests/integration/test_sentinel.py checks it there).
 SENTINEL_ONLY = {"floodgate_redis_sentinel_events_total"}
 
+# What an operator exports before `docker compose up` (README, "Docker").
+SHELL = {"REDIS_PASSWORD": "a-redis-password-from-the-test", "ADMIN_TOKEN": "an-admin-token-from-the-test-0123456789"}
+# The values a Secret's keys hold in the sidecar test (the Secret is the operator's).
+SECRET_VALUE = "a-value-from-the-secret-{key}"
 
-def check(config_text, tmp_path, env, name="floodgate.yaml"):
+
+def run_check(config_text, tmp_path, env, name="floodgate.yaml"):
     path = tmp_path / name
     path.write_text(config_text)
     # Only the variables the file's user gives it, so a reference nobody sets fails.
     base = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
-    p = subprocess.run([BIN, "--check", "--config", str(path)], env=dict(base, **env), capture_output=True, text=True)
+    return subprocess.run([BIN, "--check", "--config", str(path)], env=dict(base, **env), capture_output=True, text=True)
+
+
+def check(config_text, tmp_path, env, name="floodgate.yaml"):
+    p = run_check(config_text, tmp_path, env, name)
     assert p.returncode == 0, p.stderr
     return yaml.safe_load(config_text)
 
 
-def compose_value(v):
-    """Compose's own interpolation, for the forms used here: ${VAR:-default} and $$."""
-    v = re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*):-([^}]*)\}", lambda m: os.environ.get(m[1]) or m[2], str(v))
-    return v.replace("$$", "$")
+def refused(config_text, tmp_path, env, name="floodgate.yaml"):
+    """--check's stderr for a file it must refuse (exit 1)."""
+    p = run_check(config_text, tmp_path, env, name)
+    assert p.returncode == 1, f"--check accepted it (exit {p.returncode}): {p.stdout}{p.stderr}"
+    return p.stderr
+
+
+class ComposeError(Exception):
+    pass
+
+
+def compose_value(v, shell):
+    """Compose's own interpolation, for the forms used here: ${VAR}, ${VAR:-default},
+    ${VAR-default}, ${VAR:?message}, ${VAR?message} and $$, from `shell` (the
+    environment `docker compose` runs in). A required variable missing raises, as
+    compose stops before it starts anything."""
+    def one(m):
+        if m[0] == "$$":
+            return "$"
+        name, op, arg = m[1], m[2] or "", m[3] or ""
+        value = shell.get(name)
+        missing = value is None or (op.startswith(":") and value == "")
+        if op.endswith("?") and missing:
+            raise ComposeError(f"required variable {name} is missing a value: {arg}")
+        if op.endswith("-") and missing:
+            return arg
+        return value or ""
+    return re.sub(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}", one, str(v))
 
 
 def port_of(listen):
     return int(listen.rsplit(":", 1)[1])
 
 
-def test_the_image_config_passes_check(tmp_path):
-    # The image's FG_UPSTREAM has a default: no variable needed.
-    cfg = check((DOCKER / "floodgate.yaml").read_text(), tmp_path, {})
+def sidecar_docs():
+    """Every document of every manifest in docker/sidecar/, as `kubectl apply -f
+    docker/sidecar/` would apply them."""
+    docs = []
+    for path in sorted(SIDECAR.glob("*.yaml")):
+        docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
+    return docs
+
+
+def healthcheck_argv():
+    """The Dockerfile's HEALTHCHECK command, as the exec-form list it gives."""
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    (line,) = [l for l in text.splitlines() if l.startswith("HEALTHCHECK")]
+    m = re.search(r"\bCMD\s+(\[.*\])\s*$", line)
+    assert m, f"HEALTHCHECK not in exec form: {line}"
+    return json.loads(m[1])
+
+
+# ---- the three configs and the environment each is given --------------------------
+
+def image_config():
+    """The image's /etc/floodgate/floodgate.yaml and what `docker run -e ADMIN_TOKEN=...`
+    gives it (FG_UPSTREAM has a default)."""
+    return (DOCKER / "floodgate.yaml").read_text(), {"ADMIN_TOKEN": SHELL["ADMIN_TOKEN"]}
+
+
+def compose_config():
+    doc = yaml.safe_load((DOCKER / "compose.yaml").read_text())
+    fg = doc["services"]["floodgate"]
+    mounts = [v.split(":") for v in fg["volumes"]]
+    (host, target, *_), = [m for m in mounts if m[1] == "/etc/floodgate"]
+    env = {k: compose_value(v, SHELL) for k, v in fg["environment"].items()}
+    return (DOCKER / host / "floodgate.yaml").read_text(), env
+
+
+def sidecar_config():
+    by_kind = {d["kind"]: d for d in sidecar_docs()}
+    pod = by_kind["Deployment"]["spec"]["template"]["spec"]
+    fg = next(c for c in pod["containers"] if c["name"] == "floodgate")
+    config_path = fg["args"][fg["args"].index("--config") + 1]
+    env = {}
+    for e in fg["env"]:
+        env[e["name"]] = e["value"] if "value" in e else SECRET_VALUE.format(key=e["valueFrom"]["secretKeyRef"]["key"])
+    return by_kind["ConfigMap"]["data"][os.path.basename(config_path)], env
+
+
+CONFIGS = {"image": image_config, "compose": compose_config, "sidecar": sidecar_config}
+
+
+@pytest.mark.parametrize("which", sorted(CONFIGS))
+def test_each_config_passes_check_with_its_environment(which, tmp_path):
+    text, env = CONFIGS[which]()
+    cfg = check(text, tmp_path, env)
+    # Each puts the admin where the probes and scrapers reach it, so a token is needed.
+    assert port_of(cfg["admin"]["listen"]) == 9901 and cfg["admin"]["listen"].startswith("0.0.0.0:")
+    assert cfg["admin"]["token"] == "${ADMIN_TOKEN}", "the admin token is written in the file"
+    assert env.get("ADMIN_TOKEN")
+
+
+@pytest.mark.parametrize("which", sorted(CONFIGS))
+def test_a_non_loopback_admin_without_a_token_is_refused(which, tmp_path):
+    text, env = CONFIGS[which]()
+    without = {k: v for k, v in env.items() if k != "ADMIN_TOKEN"}
+    # ADMIN_TOKEN unset, or set but empty: ${ADMIN_TOKEN} is an error at its line.
+    for given in (without, dict(without, ADMIN_TOKEN="")):
+        err = refused(text, tmp_path, given)
+        assert "environment variable ADMIN_TOKEN is not set" in err, err
+    # A token that is empty, expands to nothing (${ADMIN_TOKEN:-} with the variable
+    # unset), or is not there at all, on 0.0.0.0: refused, and the error says how.
+    cfg = yaml.safe_load(text)
+    for token in ("", "${ADMIN_TOKEN:-}", None):
+        changed = json.loads(json.dumps(cfg))
+        if token is None:
+            del changed["admin"]["token"]
+        else:
+            changed["admin"]["token"] = token
+        err = refused(yaml.safe_dump(changed), tmp_path, without)
+        assert "admin.token" in err and "0.0.0.0:9901" in err, err
+    # A token too short to be a secret (under 16 characters) is refused too.
+    err = refused(text, tmp_path, dict(without, ADMIN_TOKEN="short"))
+    assert "admin.token" in err, err
+    # What makes the difference is the address: on loopback, no token is needed.
+    changed = json.loads(json.dumps(cfg))
+    del changed["admin"]["token"]
+    changed["admin"]["listen"] = "127.0.0.1:9901"
+    check(yaml.safe_dump(changed), tmp_path, without)
+
+
+@pytest.mark.parametrize("which", sorted(CONFIGS))
+def test_trusted_proxies_are_narrow(which, tmp_path):
+    # A range as wide as a cluster's whole pod network (10.0.0.0/8) lets any pod in it
+    # send X-Forwarded-For and choose its own rate-limit identity.
+    cfg = yaml.safe_load(CONFIGS[which]()[0])
+    for entry in (cfg.get("client_ip") or {}).get("trusted_proxies") or []:
+        net = ipaddress.ip_network(entry, strict=False)
+        assert net.prefixlen >= (16 if net.version == 4 else 48), f"{which}: trusted_proxies {entry} is too wide"
+
+
+def docker_files():
+    yield ROOT / "Dockerfile"
+    yield from (p for p in sorted(DOCKER.rglob("*")) if p.is_file())
+
+
+def test_no_placeholder_secrets():
+    files = list(docker_files())
+    assert len(files) >= 6
+    for path in files:
+        text = path.read_text(errors="replace").lower()
+        for word in ("change-me", "changeme", "change_me"):
+            assert word not in text, f"{path.relative_to(ROOT)} has '{word}'"
+    # No Secret ships with a value: the operator creates it (README, "Docker").
+    assert not [d for d in sidecar_docs() if d["kind"] == "Secret"]
+
+
+def test_the_image_config_and_healthcheck(tmp_path):
+    text, env = image_config()
+    cfg = check(text, tmp_path, env)
     assert port_of(cfg["listen"]) == 8080 and cfg["listen"].startswith("0.0.0.0:")
-    assert cfg["admin"]["listen"] == "0.0.0.0:9901"
     assert cfg["store"] == "memory"
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert "COPY docker/floodgate.yaml /etc/floodgate/floodgate.yaml" in dockerfile
-    assert 'HEALTHCHECK' in dockerfile and "http://127.0.0.1:9901/readyz" in dockerfile
+    # Liveness, on the admin listener's port: never /readyz, which a store outage may fail.
+    assert healthcheck_argv() == ["floodgate", "--health-check", f"http://127.0.0.1:{port_of(cfg['admin']['listen'])}/healthz"]
+    assert "ADMIN_TOKEN" in dockerfile, "the Dockerfile's docker run example gives no ADMIN_TOKEN"
+
+
+def test_the_healthcheck_passes_while_redis_is_down(tmp_path):
+    """The HEALTHCHECK's command, against a gateway whose Redis is stopped and whose
+    route denies on a store error: /readyz fails (the instance cannot serve), the
+    HEALTHCHECK does not (an orchestrator must not restart it)."""
+    argv = healthcheck_argv()
+    u = Upstream()
+    (tmp_path / "redis").mkdir()
+    redis = RedisServer(tmp_path / "redis")
+    routes = """  - name: r
+    match:
+      path_prefix: /
+    upstream: api
+    on_store_error: deny
+    limits:
+      - name: per-ip
+        algorithm: fixed_window
+        key: ip
+        limit: 1000
+        window: 1h
+"""
+    try:
+        for _ in range(3):
+            port = free_port()
+            try:
+                g = Gateway(tmp_path, u.address, extra=f'admin:\n  listen: "127.0.0.1:{port}"\n', store="redis",
+                            redis=redis.address, routes=routes)
+                break
+            except RuntimeError:
+                continue
+        try:
+            def probe(path):
+                url = re.sub(r"^http://127\.0\.0\.1:\d+/\w+$", f"http://127.0.0.1:{port}{path}", argv[2])
+                return subprocess.run([BIN, *argv[1:2], url], capture_output=True, text=True)
+            assert probe("/readyz").returncode == 0, probe("/readyz").stderr
+            redis.stop()
+            deadline = time.monotonic() + 10
+            while (r := probe("/readyz")).returncode == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert r.returncode == 1 and "503" in r.stderr, f"/readyz with Redis stopped: {r.returncode} {r.stderr}"
+            h = probe(re.search(r"/\w+$", argv[2])[0])
+            assert h.returncode == 0, f"the HEALTHCHECK failed with Redis stopped: {h.stderr}"
+        finally:
+            assert g.stop() == 0, g.log_text()
+    finally:
+        u.stop()
+        redis.stop()
 
 
 def test_compose(tmp_path):
-    doc = yaml.safe_load((DOCKER / "compose.yaml").read_text())
-    services = doc["services"]
+    raw = yaml.safe_load((DOCKER / "compose.yaml").read_text())
+    services = raw["services"]
     assert {"floodgate", "redis", "upstream"} <= set(services)
     fg = services["floodgate"]
     assert (DOCKER / fg["build"]["context"] / fg["build"].get("dockerfile", "Dockerfile")).is_file()
+    # The secrets have no default: compose stops at once without them.
+    assert str(fg["environment"]["REDIS_PASSWORD"]).startswith("${REDIS_PASSWORD:?")
+    assert str(fg["environment"]["ADMIN_TOKEN"]).startswith("${ADMIN_TOKEN:?")
+    assert str(services["redis"]["environment"]["REDIS_PASSWORD"]).startswith("${REDIS_PASSWORD:?")
+    for name in ("REDIS_PASSWORD", "ADMIN_TOKEN"):
+        for service in ("floodgate", "redis"):
+            v = services[service]["environment"].get(name)
+            if v is None:
+                continue
+            for shell in ({k: x for k, x in SHELL.items() if k != name}, dict(SHELL, **{name: ""})):
+                with pytest.raises(ComposeError):
+                    compose_value(v, shell)
     # The admin port on the host's loopback only; the proxy port published.
     ports = [str(p) for p in fg["ports"]]
     assert "127.0.0.1:9901:9901" in ports
@@ -70,27 +284,42 @@ def test_compose(tmp_path):
     # The config comes from a mounted directory, as /etc/floodgate/floodgate.yaml.
     mounts = [v.split(":") for v in fg["volumes"]]
     (host, target, *_), = [m for m in mounts if m[1] == "/etc/floodgate"]
-    config_file = (DOCKER / host / "floodgate.yaml")
-    assert config_file.is_file()
-    env = {k: compose_value(v) for k, v in fg["environment"].items()}
-    cfg = check(config_file.read_text(), tmp_path, env)
+    assert (DOCKER / host / "floodgate.yaml").is_file()
+    text, env = compose_config()
+    cfg = check(text, tmp_path, env)
     assert cfg["store"] == "redis"
     assert cfg["redis"]["password"].startswith("${"), "the Redis password is in the file"
+    assert env["ADMIN_TOKEN"] == SHELL["ADMIN_TOKEN"] and env["REDIS_PASSWORD"] == SHELL["REDIS_PASSWORD"]
     # It points at the compose services by name.
     redis_host = env["REDIS_ADDRESS"].split(":")[0]
     assert redis_host in services
     assert cfg["upstreams"]["api"]["address"].split(":")[0] in services
     # Redis wants the same password the gateway gets.
-    assert compose_value(services["redis"]["environment"]["REDIS_PASSWORD"]) == env["REDIS_PASSWORD"]
+    assert compose_value(services["redis"]["environment"]["REDIS_PASSWORD"], SHELL) == env["REDIS_PASSWORD"]
     # The README's classic rules: per IP, and per endpoint.
     limits = {l["key"] for r in cfg["routes"] for l in r.get("limits", [])}
     assert {"ip", "global"} <= limits
 
 
+def secret_command(text):
+    """The Secret's name and keys in a `kubectl create secret generic NAME
+    --from-literal=KEY=... ...` command: its line and the lines a trailing backslash
+    continues it on (in comments, or in a shell block)."""
+    lines = text.splitlines()
+    at = next((i for i, l in enumerate(lines) if "kubectl create secret generic " in l), None)
+    assert at is not None, "no `kubectl create secret generic NAME --from-literal=KEY=...` command"
+    command = [lines[at]]
+    while command[-1].rstrip().endswith("\\") and at + len(command) < len(lines):
+        command.append(lines[at + len(command)])
+    command = " ".join(re.sub(r"^\s*#?", "", l).rstrip().rstrip("\\") for l in command)
+    name = re.search(r"kubectl create secret generic ([\w.-]+)", command)[1]
+    return name, set(re.findall(r"--from-literal=([\w.-]+)=", command))
+
+
 def test_sidecar(tmp_path):
-    docs = list(yaml.safe_load_all((DOCKER / "sidecar" / "floodgate.yaml").read_text()))
+    docs = sidecar_docs()
     by_kind = {d["kind"]: d for d in docs}
-    assert {"ConfigMap", "Secret", "Deployment", "Service"} <= set(by_kind)
+    assert {"ConfigMap", "Deployment", "Service", "NetworkPolicy"} <= set(by_kind)
     pod = by_kind["Deployment"]["spec"]["template"]["spec"]
     containers = {c["name"]: c for c in pod["containers"]}
     assert len(containers) >= 2, "floodgate beside an app container"
@@ -104,22 +333,20 @@ def test_sidecar(tmp_path):
     mount = next(m for m in fg["volumeMounts"] if m["name"] == volume["name"])
     assert "subPath" not in mount
     assert mount["mountPath"] == os.path.dirname(config_path)
-    embedded = by_kind["ConfigMap"]["data"][os.path.basename(config_path)]
 
-    # Redis from env, the password from the Secret.
-    env = {}
-    for e in fg["env"]:
-        if "value" in e:
-            env[e["name"]] = e["value"]
-        else:
-            ref = e["valueFrom"]["secretKeyRef"]
-            assert ref["name"] == by_kind["Secret"]["metadata"]["name"]
-            assert ref["key"] in by_kind["Secret"]["stringData"]
-            env[e["name"]] = by_kind["Secret"]["stringData"][ref["key"]]
-    assert "REDIS_PASSWORD" in env and "valueFrom" in next(e for e in fg["env"] if e["name"] == "REDIS_PASSWORD")
+    # The Redis password and the admin token from a Secret the documented command makes,
+    # in the manifest's comments and in the README alike.
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in fg["env"] if "valueFrom" in e}
+    assert {"REDIS_PASSWORD", "ADMIN_TOKEN"} <= set(refs)
+    for where in (SIDECAR / "floodgate.yaml", ROOT / "README.md"):
+        name, keys = secret_command(where.read_text())
+        assert {r["name"] for r in refs.values()} == {name}, f"{where.name}: the Secret is {name}, the pod uses {refs}"
+        assert {r["key"] for r in refs.values()} <= keys, f"{where.name}: the command makes {keys}, the pod uses {refs}"
+    embedded, env = sidecar_config()
     cfg = check(embedded, tmp_path, env)
     assert cfg["redis"]["password"] == "${REDIS_PASSWORD}"
-    # Without the Secret's variable the file is refused.
+    assert cfg["admin"]["token"] == "${ADMIN_TOKEN}"
+    # Without the Secret's variables the file is refused.
     p = subprocess.run([BIN, "--check", "--config", str(tmp_path / "floodgate.yaml")], env={"PATH": "/usr/bin"},
                        capture_output=True, text=True)
     assert p.returncode == 1 and "environment variable" in p.stderr
@@ -133,11 +360,57 @@ def test_sidecar(tmp_path):
     for probe in ("livenessProbe", "readinessProbe"):
         port = fg[probe]["httpGet"]["port"]
         assert ports.get(port, port) == ports["admin"]
+    # A Redis outage leaves the pods ready: no route denies on a store error, and the
+    # store is not required (else one outage empties the Service).
+    assert cfg["admin"].get("ready_requires_store", False) is False
+    assert not [r["name"] for r in cfg["routes"] if r.get("limits") and r.get("on_store_error", "allow") == "deny"]
     # The app is reached on the pod's loopback, and the Service sends traffic to floodgate.
     assert cfg["upstreams"]["app"]["address"].startswith("127.0.0.1:")
     assert [p["targetPort"] for p in by_kind["Service"]["spec"]["ports"]] == ["http"]
     # Non-root, as the image's numeric user.
     assert fg["securityContext"]["runAsUser"] == 10001
+    # trusted_proxies names the ingress controller's range, not the whole pod network.
+    assert cfg["client_ip"]["trusted_proxies"]
+
+
+MONITORING = {"kubernetes.io/metadata.name": "monitoring"}
+
+
+def test_sidecar_network_policy():
+    docs = sidecar_docs()
+    (policy,) = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]
+    fg = next(c for c in pod["spec"]["containers"] if c["name"] == "floodgate")
+    named = {p["name"]: p["containerPort"] for p in fg["ports"]}
+    spec = policy["spec"]
+    # It selects the Deployment's pods, and isolates them for ingress.
+    selector = spec["podSelector"]["matchLabels"]
+    assert selector and selector.items() <= pod["metadata"]["labels"].items()
+    assert "Ingress" in spec["policyTypes"]
+    rules = spec.get("ingress") or []
+
+    def admits(rule, port):
+        if not rule.get("ports"):
+            return True  # a rule without ports admits every port
+        return any(named.get(p.get("port"), p.get("port")) == port and p.get("protocol", "TCP") == "TCP"
+                   for p in rule["ports"])
+
+    admin = [r for r in rules if admits(r, named["admin"])]
+    assert admin, "nothing admits the admin port (Prometheus could not scrape)"
+    for rule in admin:
+        peers = rule.get("from")
+        assert peers, f"the admin port is open to every source: {rule}"
+        for peer in peers:
+            # The monitoring namespace (a podSelector beside it narrows further); no
+            # ipBlock, no podSelector alone (this namespace's pods).
+            assert set(peer) <= {"namespaceSelector", "podSelector"} and "namespaceSelector" in peer, peer
+            ns = peer["namespaceSelector"]
+            assert ns.get("matchLabels") == MONITORING and not ns.get("matchExpressions"), peer
+    # The proxy port stays open to the ingress controller.
+    assert [r for r in rules if admits(r, named["http"])], "nothing admits the proxy port"
+    # The kubelet's probes are explained (they come from the node, not a pod).
+    assert "kubelet" in (SIDECAR / "networkpolicy.yaml").read_text()
 
 
 def metrics_documented(tmp_path):
@@ -173,7 +446,8 @@ def metrics_documented(tmp_path):
                     redis.stop()
                 g.request(b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
             with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-                s.sendall(b"GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+                # The admin answers only Host names of its own (DNS rebinding): an address is one.
+                s.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
                 r = read_response(s)
             assert r.status == 200
             text = r.body.decode()

@@ -2,11 +2,13 @@
 # The image, built from the real Dockerfile and run, without a Docker engine: buildah
 # builds it (as root, chroot isolation, vfs storage, no registry: the debian:bookworm
 # base comes from tests/docker/base_image.sh) and runs commands in it. Checks:
-#   the image's user is not root; `floodgate --check` passes on the image's config;
-#   its HEALTHCHECK (read from the image) fails while nothing listens; the gateway,
-#   started from the image's ENTRYPOINT and CMD as user floodgate, proxies a request to
-#   an upstream on loopback and applies the sample route's limit; the HEALTHCHECK then
-#   exits 0; SIGTERM ends the gateway with exit 0.
+#   the image's user is not root; its HEALTHCHECK asks /healthz; `floodgate --check`
+#   passes on the image's config with ADMIN_TOKEN given and fails without it; the
+#   HEALTHCHECK (read from the image) fails while nothing listens; the gateway, started
+#   from the image's ENTRYPOINT and CMD as user floodgate with -e ADMIN_TOKEN, proxies a
+#   request to an upstream on loopback and applies the sample route's limit; the probes
+#   and /metrics answer without the token, /config and POST /reload only with it as a
+#   Bearer token; the HEALTHCHECK then exits 0; SIGTERM ends the gateway with exit 0.
 # The run happens in a network namespace of its own (unshare --net), so the image's
 # fixed ports (8080, 9901) never meet the host's. Prints how long each phase took.
 # Usage (root): tests/docker/test_image.sh   (the image stays, as localhost/floodgate:test)
@@ -32,7 +34,9 @@ t = json.load(open(sys.argv[1]))["Healthcheck"]["Test"]
 print("\n".join(t[1:] if t[0] == "CMD" else ["/bin/sh", "-c", t[1]]))
 PY
 )
-  run() { "${b[@]}" run --isolation chroot --user floodgate "$ctr" -- "$@"; }
+  # As `docker run -e ADMIN_TOKEN=...` would: the image's config requires it.
+  run() { "${b[@]}" run --isolation chroot --user floodgate --env "ADMIN_TOKEN=$admin_token" "$ctr" -- "$@"; }
+  run_bare() { "${b[@]}" run --isolation chroot --user floodgate "$ctr" -- "$@"; }
   pids=()
   cleanup_run() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
   trap cleanup_run EXIT
@@ -40,6 +44,11 @@ PY
   [ "$(run id -u)" != 0 ] || fail "buildah run --user floodgate runs as root"
   phase "floodgate --check on the image's config: ${entry[*]:1}"
   run "${entry[0]}" --check "${entry[@]:1}" || fail "the image's config does not pass --check"
+  phase "floodgate --check on the image's config without ADMIN_TOKEN (must fail)"
+  if run_bare "${entry[0]}" --check "${entry[@]:1}" >"$work/check-bare.out" 2>&1; then
+    fail "the image's config passed --check without ADMIN_TOKEN (its admin listens on 0.0.0.0)"
+  fi
+  grep -q ADMIN_TOKEN "$work/check-bare.out" || { cat "$work/check-bare.out"; fail "--check without ADMIN_TOKEN does not name it"; }
 
   phase "HEALTHCHECK before the gateway runs (must fail): ${health[*]}"
   if run "${health[@]}" 2>/dev/null; then fail "the HEALTHCHECK passed with nothing listening"; fi
@@ -52,7 +61,8 @@ PY
   phase "the gateway from the image (${entry[*]}), user floodgate, upstream 127.0.0.1:$up_port"
   # sh prints its pid (chroot isolation: the host's) and becomes the gateway, to be
   # signalled by that pid.
-  "${b[@]}" run --isolation chroot --user floodgate --env "FG_UPSTREAM=127.0.0.1:$up_port" "$ctr" -- \
+  "${b[@]}" run --isolation chroot --user floodgate --env "FG_UPSTREAM=127.0.0.1:$up_port" \
+    --env "ADMIN_TOKEN=$admin_token" "$ctr" -- \
     /bin/sh -c 'echo "pid $$"; exec "$@"' sh "${entry[@]}" >"$work/gateway.log" 2>&1 &
   runner=$!
   pids+=("$runner")
@@ -78,6 +88,24 @@ PY
   codes=""
   for _ in 1 2 3 4; do codes+="$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 http://127.0.0.1:8080/hello) "; done
   [ "$codes" = "200 200 200 429 " ] || fail "/hello (3 per 5 s per IP) answered $codes"
+
+  phase "the admin listener: probes and /metrics open, /config and POST /reload with the token"
+  admin=http://127.0.0.1:9901
+  code() { curl -s -o "$work/admin.body" -w '%{http_code}' --max-time 5 "$@"; }
+  expect() {  # expect STATUS WHAT curl-args...
+    local want="$1" what="$2" got; shift 2
+    got="$(code "$@")"
+    [ "$got" = "$want" ] || { cat "$work/gateway.log"; fail "$what answered $got, not $want: $(head -c 300 "$work/admin.body")"; }
+  }
+  expect 200 "/healthz without a token" "$admin/healthz"
+  expect 200 "/readyz without a token" "$admin/readyz"
+  expect 200 "/metrics without a token" "$admin/metrics"
+  expect 401 "/config without a token" "$admin/config"
+  expect 401 "/config with a wrong token" -H "Authorization: Bearer wrong-$admin_token" "$admin/config"
+  expect 200 "/config with the token" -H "Authorization: Bearer $admin_token" "$admin/config"
+  ! grep -qF "$admin_token" "$work/admin.body" || fail "/config shows the admin token"
+  expect 401 "POST /reload without a token" -X POST -H 'X-Floodgate-Admin: 1' "$admin/reload"
+  expect 200 "POST /reload with the token" --max-time 15 -X POST -H "Authorization: Bearer $admin_token" "$admin/reload"
 
   phase "HEALTHCHECK with the gateway running (must pass)"
   run "${health[@]}" || { cat "$work/gateway.log"; fail "the HEALTHCHECK failed"; }
@@ -141,11 +169,15 @@ assert c["Cmd"] == ["--config", "/etc/floodgate/floodgate.yaml"], c["Cmd"]
 assert set(c["ExposedPorts"]) == {"8080/tcp", "9901/tcp"}, c["ExposedPorts"]
 hc = c.get("Healthcheck") or {}
 assert hc.get("Test", [""])[0] in ("CMD", "CMD-SHELL"), f"no HEALTHCHECK: {hc}"
+# Liveness: a store outage must not make an orchestrator restart the gateway.
+assert any(a.endswith("/healthz") for a in hc["Test"][1:]) and not any("/readyz" in a for a in hc["Test"]), hc["Test"]
 print(f"   user {user}, entrypoint {c['Entrypoint']} {c['Cmd']}, healthcheck {hc['Test']}")
 PY
 "${b[@]}" images --format '   image size: {{.Size}}' "$image" 2>/dev/null || true
 
 ctr="$("${b[@]}" from --pull=never "$image")"
-export work
+# The admin token the gateway is started with (-e ADMIN_TOKEN), as an operator makes one.
+admin_token="$(python3 -c 'import secrets; print(secrets.token_hex(32))')"
+export work admin_token
 unshare --net -- "$0" --run "$ctr" "$work/config.json"
 echo "== image test: passed in $((SECONDS - t0))s"
