@@ -118,6 +118,11 @@ void server::open_when_ready(asio::io_context& main_ioc, tcp::acceptor& listener
   auto timer = std::make_shared<asio::steady_timer>(main_ioc);
   auto poll = std::make_shared<std::function<void()>>();
   *poll = [this, &listener, timer, poll, until, wait, opened = std::move(opened)] {
+    // A signal came first: the drain owns the listener now (closed), nothing to open.
+    if (stopping_) {
+      *poll = nullptr;
+      return;
+    }
     const bool ready = stores_ready();
     if (!ready && std::chrono::steady_clock::now() < until) {
       timer->expires_after(std::chrono::milliseconds(10));
@@ -230,6 +235,7 @@ int server::run() {
     main_ioc.stop();
   });
   main_ioc.run();
+  stopping_ = true;
   main_ioc.restart();
   if (exit_code) signal_number = 0;
   else spdlog::info("signal {}: draining (up to {}ms)", signal_number, current_config()->http.drain_timeout.count());

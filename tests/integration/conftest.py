@@ -22,6 +22,74 @@ BIN_SYSTEM_MALLOC = os.environ.get("FLOODGATE_SYSTEM_MALLOC_BIN", BIN)
 SANITIZED = os.environ.get("FG_SANITIZED") == "1"
 
 
+def pytest_configure(config):
+    # An exception that ends a helper thread fails the test it happened in (without
+    # this it is a warning, and the assertions after it may pass on what the thread
+    # never did). Threads started through Thread below also raise it again on join().
+    config.addinivalue_line("filterwarnings", "error::pytest.PytestUnhandledThreadExceptionWarning")
+
+
+# Measured values a passing run should show too (ratios, retries, times): record()
+# prints a line (in the test's captured output, shown with a failure or -s) and keeps it
+# for the summary at the end of the run.
+RECORDED = []
+
+
+def record(line):
+    print(line)
+    RECORDED.append(line)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if RECORDED:
+        terminalreporter.section("measured")
+        for line in RECORDED:
+            terminalreporter.write_line(line)
+
+
+class Thread(threading.Thread):
+    """A helper thread whose exception (an assertion included) is raised again by join()
+    in the test's own thread, and whose join(timeout) raises if it is still running."""
+
+    def __init__(self, target, args=(), kwargs=None, name=None):
+        super().__init__(target=target, args=args, kwargs=kwargs or {}, name=name, daemon=True)
+        self.error = None
+
+    def run(self):
+        try:
+            super().run()
+        except BaseException as e:  # noqa: B902 - handed to join()
+            self.error = e
+
+    def join(self, timeout=None):
+        super().join(timeout)
+        if self.is_alive():
+            raise TimeoutError(f"thread {self.name} still running after {timeout}s")
+        if self.error is not None:
+            raise self.error
+
+
+def join_all(threads, timeout=None):
+    """Joins every thread (each within `timeout`), then raises the first one's exception."""
+    errors = []
+    for t in threads:
+        try:
+            t.join(timeout)
+        except BaseException as e:  # noqa: B902
+            errors.append(e)
+    if errors:
+        raise errors[0]
+
+
+def run_threads(target, args_list, timeout=None):
+    """Runs target(*args) in a Thread for each args, at once; joins them all (raising the
+    first exception any of them ended with)."""
+    threads = [Thread(target=target, args=args) for args in args_list]
+    for t in threads:
+        t.start()
+    join_all(threads, timeout)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -74,12 +142,16 @@ def upstream():
 
 
 DEFAULT_HTTP = {"header_timeout": "2s", "idle_timeout": "5s"}
+# redis_extra for a gateway whose Redis is down, wrong or unreachable on purpose: the
+# proxy port opens at once instead of after redis.startup_wait (default 5 s).
+STARTUP_NOW = "  startup_wait: 0s\n"
 
 
 class Gateway:
     def __init__(self, tmp_path, upstream_address, http=None, extra="", routes=None, workers=1,
                  upstream_opts=None, access_log="off", log_format="text", trusted="10.0.0.0/8", store="memory",
-                 redis=None, prefix=None, env=None, redis_extra="", binary=BIN, client_ip_extra="", configmap=False):
+                 redis=None, prefix=None, env=None, redis_extra="", binary=BIN, client_ip_extra="", configmap=False,
+                 redis_timeout="200ms"):
         h = dict(DEFAULT_HTTP)
         h.update(http or {})
         http_yaml = "\n".join(f"  {k}: {v}" for k, v in h.items())
@@ -108,7 +180,7 @@ log:
 store: {store}
 redis:
   addresses: ["{redis or '127.0.0.1:6379'}"]
-  timeout: 200ms
+  timeout: {redis_timeout}
   key_prefix: "{prefix or 'fgtest:'}"
 {redis_extra}client_ip:
   trusted_proxies: ["{trusted}"]
@@ -136,9 +208,11 @@ routes:
             self.stderr.close()
         raise RuntimeError("floodgate found no free port:\n" + self.stderr_path.read_text(errors="replace"))
 
-    def _listening(self, deadline_s=15.0):
+    def _listening(self, deadline_s=30.0):
         """True once this process logs that it listens (the port answering is not
-        enough: it may be another's); False if it could not bind the port."""
+        enough: it may be another's); False if it could not bind the port. (A gateway
+        on Redis opens its port once its store is ready, or after redis.startup_wait: a
+        test whose Redis is down on purpose sets startup_wait: 0s, see STARTUP_NOW.)"""
         end = time.monotonic() + deadline_s
         while time.monotonic() < end:
             text = self.log_text()
@@ -149,7 +223,9 @@ routes:
                     return False
                 raise RuntimeError(f"floodgate exited with {self.proc.returncode}:\n{text}")
             time.sleep(0.02)
-        raise TimeoutError(f"floodgate not listening after {deadline_s}s")
+        self.proc.kill()  # (no test will stop it)
+        self.proc.wait()
+        raise TimeoutError(f"floodgate not listening after {deadline_s}s:\n{self.log_text()[-3000:]}")
 
     def connect(self, timeout=10):
         s = socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
@@ -445,7 +521,7 @@ class Load:
     def __init__(self, g, threads=4, prefix="load", names=None):
         self.g, self.prefix, self.names = g, prefix, names
         self.stopped, self.statuses, self.lock = threading.Event(), [], threading.Lock()
-        self.threads = [threading.Thread(target=self.run, args=(i,)) for i in range(threads)]
+        self.threads = [Thread(target=self.run, args=(i,)) for i in range(threads)]
         for t in self.threads:
             t.start()
 
@@ -461,9 +537,9 @@ class Load:
                     self.statuses.append(st)
 
     def stop(self):
+        """The statuses; raises what ended a client early (a read that failed, say)."""
         self.stopped.set()
-        for t in self.threads:
-            t.join()
+        join_all(self.threads, 60)
         return self.statuses
 
 
@@ -477,7 +553,7 @@ def client_statuses(g, name, n, path="/limited", header="X-Client"):
     return out
 
 
-def _wait_until(what, check, deadline_s):
+def wait_for(what, check, deadline_s):
     """Polls check() until it returns something true (returned), or raises TimeoutError
     naming `what` and the last value check() gave."""
     end = time.monotonic() + deadline_s
@@ -641,7 +717,7 @@ class RedisCluster:
             if replicas is not None and any(v[2] != replicas for v in views):
                 return False
             return views[0]
-        return _wait_until("cluster settled", settled, deadline_s)
+        return wait_for("cluster settled", settled, deadline_s)
 
     def kill_master(self, port=None, wait=True, deadline_s=30):
         """Kills a master (`port`, or the lowest-port one) and, with `wait`, waits until one of
@@ -660,7 +736,7 @@ class RedisCluster:
                 if me and me.role == "master" and me.slots:
                     return p
             return None
-        new = _wait_until(f"a replica of {port} promoted", promoted, deadline_s)
+        new = wait_for(f"a replica of {port} promoted", promoted, deadline_s)
         self.wait_settled(deadline_s=deadline_s)
         return port, new
 
@@ -737,7 +813,7 @@ class RedisSentinel:
                 d.mkdir(parents=True)
                 extra = () if role == "master" else ("--replicaof", "127.0.0.1", str(self.servers[0].port))
                 self.servers.append(SyncingRedisServer(d, extra=extra))
-            _wait_until("replica in sync", lambda: "master_link_status:up" in
+            wait_for("replica in sync", lambda: "master_link_status:up" in
                         self.servers[1].cli("info", "replication"), 15)
             for i in range(sentinels):
                 d = tmp_path / f"sentinel{i}"
@@ -745,7 +821,7 @@ class RedisSentinel:
                 self.sentinels.append(SentinelProcess(d, self.servers[0].port, sentinels // 2 + 1, down_after_ms,
                                                       failover_timeout_ms))
             for s in self.sentinels:
-                _wait_until(f"sentinel {s.port} ready", lambda s=s: self._knows_all(s), 15)
+                wait_for(f"sentinel {s.port} ready", lambda s=s: self._knows_all(s), 15)
         except BaseException:
             self.stop()
             raise
@@ -788,7 +864,7 @@ class RedisSentinel:
         def moved():
             return (self.master_address()[1] == port and
                     self.server(port).cli("role").splitlines()[:1] == ["master"])
-        return _wait_until(f"master at {port}", moved, deadline_s)
+        return wait_for(f"master at {port}", moved, deadline_s)
 
     def stop(self):
         # Sentinels first: none reconfigures a server while they go.

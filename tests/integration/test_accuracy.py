@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import SANITIZED
+from conftest import SANITIZED, Thread, join_all, record
 
 # The sanitizer build is several times slower: a rate it can still carry.
 RATE = 100 if SANITIZED else 1000
@@ -60,7 +60,7 @@ def flood(port, seconds, clients=4, depth=16):
                         continue
                     sent[0] += depth  # before the send: the reader never sees more answers than this
                     s.sendall(req)
-            w = threading.Thread(target=write)
+            w = Thread(target=write)
             w.start()
             ok = denied = released = 0
             tail = b""
@@ -80,15 +80,14 @@ def flood(port, seconds, clients=4, depth=16):
                 while ok + denied - released * depth >= depth:
                     released += 1
                     credits.release()
-            w.join()
+            w.join(10)
             assert ok + denied == sent[0], (ok, denied, sent[0])
             counts[i] = ok
 
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    threads = [Thread(target=client, args=(i,)) for i in range(clients)]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    join_all(threads, seconds + 30)
     return sum(counts), max(last) - first
 
 
@@ -99,22 +98,27 @@ def test_rate_limits_admit_what_they_promise_under_a_flood(gateway_factory, redi
                         routes=routes(f"algorithm: {algo}\n        rate: {RATE}/s\n        burst: 1"))
     # Within 2% of the promise; never above it (each flood starts with the bucket full,
     # as from an empty key: a tenth of a second refills burst 1 at this rate). Above is
-    # checked on every flood; short may be retried once: with burst 1 every stall of the
-    # machine past 1/rate loses a token, and this VM stalls now and then (its memory
-    # reclaimer, kdamond, busiest right after a build): in CI once a 0.962 came right
-    # after the build, where a lost turn per round trip, the bug this guards against,
-    # gives well under 0.9 on every flood.
+    # checked on every flood, and so is a floor of 0.9: a lost turn per round trip, the
+    # bug this guards against, gives well under 0.9 on every flood. Short of 0.98 may be
+    # tried once more: with burst 1 every stall of the machine past 1/rate loses a
+    # token, and this VM stalls now and then (its memory reclaimer, kdamond, busiest
+    # right after a build): in CI once a 0.962 came right after the build. Every flood's
+    # ratio is recorded (shown in the run's summary, and with a failure).
     floods = []
-    for _ in range(2):
-        time.sleep(0.1)
+    for attempt in range(2):
+        time.sleep(0.1)  # (what the flood needs: the bucket full again)
         admitted, elapsed = flood(g.port, SECONDS)
         promised = RATE * elapsed + 1
-        print(f"{algo} {store}: admitted {admitted} of {promised:.1f} ({admitted / promised:.4f})")
-        assert admitted <= promised + 2, (admitted, promised)
-        floods.append((admitted, promised))
-        if admitted >= 0.98 * promised:
+        ratio = admitted / promised
+        line = (f"{algo} {store} flood {attempt + 1}: admitted {admitted} of {promised:.1f} ({ratio:.4f})"
+                + (", short of 0.98: tried again" if ratio < 0.98 and attempt == 0 else ""))
+        record(line)
+        floods.append((admitted, round(promised, 1), round(ratio, 4)))
+        assert admitted <= promised + 2, floods
+        assert ratio >= 0.9, floods
+        if ratio >= 0.98:
             break
-    assert floods[-1][0] >= 0.98 * floods[-1][1], floods
+    assert floods[-1][2] >= 0.98, floods
 
 
 @pytest.mark.parametrize("store", ["memory", "redis"])
@@ -127,4 +131,6 @@ def test_sliding_window_from_idle_admits_its_limit_not_more(gateway_factory, red
     time.sleep((0.5 - time.time() % 1.0) % 1.0)
     admitted, elapsed = flood(g.port, 3.2, depth=8)
     promised = limit * elapsed  # one limit at once, then a limit per window
-    assert 0.95 * promised <= admitted <= 1.02 * promised, (admitted, promised)
+    line = f"sliding_window {store}: admitted {admitted} of {promised:.1f} ({admitted / promised:.4f})"
+    record(line)
+    assert 0.95 * promised <= admitted <= 1.02 * promised, line

@@ -8,19 +8,22 @@ import time
 
 import pytest
 
-from conftest import Load, get, keys_without_ttl, read_response, wait_until
+from conftest import STARTUP_NOW, Load, Thread, get, join_all, keys_without_ttl, read_response, record, \
+    run_threads, wait_until
 from conftest import client_statuses as client
-from test_admin import admin_get, with_admin
-from test_metrics import scrape, value
+from test_admin import READY_REQUIRES_STORE, admin_get, with_admin
+from test_metrics import decisions, scrape, store_errors, value
 from test_redis import hammer, limit, route
 
 
 def start(gateway_factory, cluster, limits, workers=2, on_error="allow", seeds=1, path="/limited"):
     # (the test's clients are "proxies": X-Forwarded-For names the client, for per-IP keys)
     addresses = '", "'.join(s.address for s in cluster.servers[:seeds])
+    # (/readyz then says whether every worker is connected to every master, whatever
+    # the routes' on_store_error)
     g = with_admin(lambda extra: gateway_factory(
         store="redis", redis=addresses, routes=route(limits, path=path, on_error=on_error), extra=extra, workers=workers,
-        redis_extra="  mode: cluster\n", trusted="127.0.0.1/32"))
+        redis_extra="  mode: cluster\n", trusted="127.0.0.1/32"), more=READY_REQUIRES_STORE)
     assert wait_until(lambda: admin_get(g, "/readyz").status == 200, 10), g.log_text()
     return g
 
@@ -151,11 +154,7 @@ def test_per_ip_limits_are_exact_from_three_gateways_with_keys_on_every_master(g
                 n += read_response(s).status == 200
         with lock:
             got[c] = n
-    ts = [threading.Thread(target=run, args=(c,)) for c in clients]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    run_threads(run, [(c,) for c in clients])
     assert set(got.values()) == {10}, got
     where = all_keys(cluster)
     assert sorted(where) == sorted(f"fgtest:{{r:{c}}}:l" for c in clients)
@@ -218,32 +217,73 @@ def test_concurrency_leases_beside_a_global_limit_are_held_and_given_back(gatewa
         r = gws[i % 3].request(get("/slow?ms=700", extra="X-Client: a\r\n"))
         with lock:
             results.append(r.status)
-    ts = [threading.Thread(target=call, args=(i,)) for i in range(6)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    run_threads(call, [(i,) for i in range(6)])
     first = results.count(200)
     assert 1 <= first <= 2 and results.count(429) == 6 - first, results
     master = all_keys(cluster).get("fgtest:{r:a}:per")
     # released: the lease set is empty (or gone), and two fit again at once
     assert wait_until(lambda: master is None or cluster.cli(master, "zcard", "fgtest:{r:a}:per") == "0", 3)
     results.clear()
-    ts = [threading.Thread(target=call, args=(i,)) for i in range(2)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    run_threads(call, [(i,) for i in range(2)])
     assert results == [200, 200]
     # the global limit counts each admitted request once, the denied ones not at all
     r = admin_get(gws[0], "/limits?route=r&header.X-Client=b").json()
     assert next(l for l in r["limits"] if l["name"] == "all")["remaining"] == 1000 - first - 2, r
 
 
-def test_resharding_under_load(gateway_factory, own_cluster):
+def owner_port(cluster, key):
+    """The master serving `key`'s slot, as the nodes themselves say (a MOVED names it)."""
+    port = cluster.masters()[0].port
+    answer = cluster.cli(port, "get", key)
+    return int(answer.rsplit(":", 1)[1]) if answer.startswith("MOVED") else port
+
+
+def test_an_ask_redirection_is_followed_to_the_importing_node(gateway_factory, own_cluster):
+    """A slot put into MIGRATING (on its owner) and IMPORTING (on another master) by hand,
+    as a reshard begins a slot's move: a key the owner does not hold is answered -ASK,
+    and the gateway follows it (ASKING, then the call) to the importing node: decided
+    there, exactly, with no store error and no MOVED."""
     cluster = own_cluster
-    """Slots move (redis-cli --cluster reshard) while the gateway serves: MOVED and ASK are
-    followed, no request fails but by on_store_error, no limit is exceeded."""
+    g = start(gateway_factory, cluster, PER_CLIENT, on_error="deny")
+    name = "asked"
+    key = f"fgtest:{{r:{name}}}:l"
+    at = slot(cluster, key)
+    source = owner_port(cluster, key)
+    ids = {n.port: n.id for n in cluster.nodes()}
+    target = next(m.port for m in cluster.masters() if m.port != source)
+    assert cluster.cli(target, "cluster", "setslot", at, "importing", ids[source]) == "OK"
+    assert cluster.cli(source, "cluster", "setslot", at, "migrating", ids[target]) == "OK"
+    # The key is on no node yet: the source answers ASK for it (it would answer for a
+    # key it holds), and MOVED is not in play: the slot's owner is unchanged.
+    assert keys(cluster, source, key) == [] and keys(cluster, target, key) == []
+    asked = cluster.cli(source, "get", key)
+    assert asked == f"ASK {at} 127.0.0.1:{target}", asked
+    before, errors_before = events(g), store_errors(g)
+    assert client(g, name, 6) == [200] * 5 + [429]
+    after = events(g)
+    # Counted on the importing node, and on no other.
+    assert keys(cluster, target, key) == [key]
+    assert all(keys(cluster, m.port, key) == [] for m in cluster.masters() if m.port != target)
+    assert after["ask"] - before["ask"] >= 1, (before, after)
+    assert after["moved"] == before["moved"], (before, after)
+    assert store_errors(g) == errors_before
+    record(f"ask: {before} -> {after}")
+    # The move ends as a reshard ends it (the importing node first): the count the ASKed
+    # calls wrote is the one the client has from now on.
+    for port in [target, source] + [m.port for m in cluster.masters() if m.port not in (source, target)]:
+        assert cluster.cli(port, "cluster", "setslot", at, "node", ids[target]) == "OK"
+    assert client(g, name, 1) == [429]
+
+
+def test_resharding_under_load(gateway_factory, own_cluster):
+    """Slots move (redis-cli --cluster reshard) while the gateway serves: no request fails
+    but by on_store_error (each such a counted store error), no limit is exceeded nor any
+    count lost (each limited client, on the moving slots, is admitted exactly 5 times in
+    all), and once the move is done every moved slot's new keys are on the new owner.
+    (Whether the gateway meets a MOVED or an ASK on the way depends on how the move and
+    the load interleave: both are counted and printed, not asserted; the ASK case has a
+    test of its own.)"""
+    cluster = own_cluster
     g = start(gateway_factory, cluster, PER_CLIENT, on_error="deny")
     masters = cluster.masters()
     # redis-cli takes the slots to move from the start of the source's ranges. They are
@@ -262,6 +302,7 @@ def test_resharding_under_load(gateway_factory, own_cluster):
     subprocess.run(["redis-cli", "-p", str(masters[0].port), "--pipe"], input=resp, capture_output=True, text=True,
                    timeout=60, check=True)
     moving_names = names_in_slots(moving, 300, "m")
+    before = events(g)
     load = Load(g)
     new_keys = Load(g, threads=2, prefix="n", names=moving_names)
     fixed = {c: 0 for c in names_in_slots(moving, 40, "k")}
@@ -274,34 +315,55 @@ def test_resharding_under_load(gateway_factory, own_cluster):
                 st = client(g, c, 1)[0]
                 assert st in (200, 429, 503), st
                 fixed[c] += st == 200
-    t = threading.Thread(target=limited)
+    t = Thread(target=limited)
     t.start()
     try:
-        time.sleep(0.3)
+        # (the load under way before the move begins)
+        assert wait_until(lambda: len(load.statuses) > 20 and sum(fixed.values()) > 0, 10)
         cluster.reshard(masters[0].port, masters[1].port, 20)
-        time.sleep(0.5)
     finally:
         stop.set()
-        t.join()
+        join_all([t])
         statuses = load.stop()
         moved_statuses = new_keys.stop()
+    # The slots the test chose are the ones that moved.
+    now = {n.port: n for n in cluster.masters()}
+    assert all(any(a <= s <= b for a, b in now[masters[1].port].slots) for s in moving), now
     # (the new-key load's clients come round again: some of them reach their limit)
     assert set(moved_statuses) <= {200, 429, 503}
     statuses += [st for st in moved_statuses if st != 429]
     counts = {s: statuses.count(s) for s in set(statuses)}
     ev = events(g)
-    series, _ = scrape(g)
-    errors = sum(value(series, "floodgate_store_errors_total", cause=c)
-                 for c in ("timeout", "disconnected", "not_connected", "protocol", "other"))
+    errors = store_errors(g)
+    record(f"resharding: {counts} events {before} -> {ev} store errors {errors} "
+           f"limited clients {sorted(set(fixed.values()))}")
     # Only on_store_error (deny: 503) may fail a request, and each such is a counted error.
     assert set(statuses) <= {200, 503}, counts
-    assert counts.get(503, 0) <= errors
+    assert counts.get(503, 0) <= errors, (counts, errors)
     assert counts.get(200, 0) > 100, counts
     assert max(fixed.values()) <= 5, fixed
-    print("resharding:", counts, ev, "store errors", errors, "limited clients max", max(fixed.values()))
-    assert ev["moved"] > 0 and ev["ask"] > 0, ev
-    assert ev["refresh"] > 0
-    # Settled: everything is served by the new owners.
+    # Settled: each limited client gets what is left of its 5, none more (a count lost
+    # in the move would show here as a sixth). Exactly 5 unless a call may have been
+    # counted by Redis with its answer lost (a timeout, a connection lost: the client
+    # got a 503 for a request that was counted).
+    series, _ = scrape(g)
+    unsure = sum(value(series, "floodgate_store_errors_total", cause=c) for c in ("timeout", "disconnected"))
+    for c in fixed:
+        rest = client(g, c, 6 - fixed[c])
+        total = fixed[c] + rest.count(200)
+        assert set(rest) <= {200, 429} and rest[-1] == 429, (c, fixed[c], rest)
+        assert total == 5 or (unsure and total < 5), (c, fixed[c], rest, unsure)
+    # Every moved slot is served by its new owner: a new client's key lands there.
+    fresh, i = {}, 0
+    while len(fresh) < len(moving):
+        i += 1
+        if (at := crc16(f"r:after{i}".encode()) % 16384) in moving:
+            fresh.setdefault(at, f"after{i}")
+    for name in fresh.values():
+        assert client(g, name, 1) == [200], name
+    where = all_keys(cluster)
+    assert {where.get(f"fgtest:{{r:{n}}}:l") for n in fresh.values()} == {masters[1].port}, where
+    record(f"resharding, after the move: {events(g)}")
     assert client(g, "after", 6) == [200] * 5 + [429]
     assert admin_get(g, "/readyz").status == 200
 
@@ -312,15 +374,16 @@ def test_a_killed_master_is_followed_within_10_s_of_the_promotion(gateway_factor
     before = [c for c in (f"b{i}" for i in range(40))]
     for c in before:
         assert client(g, c, 5) == [200] * 5
+    n = [0]
+    decided = decisions(g, "r", "l")
     load = Load(g)
     try:
-        time.sleep(0.3)
+        assert wait_until(lambda: len(load.statuses) > 20, 10)  # (the load under way)
         killed, promoted = cluster.kill_master()
         at = time.monotonic()
         # Followed: /readyz (every worker connected to every master, the new one among
         # them), and a new client's key lands on the promoted replica.
         assert wait_until(lambda: admin_get(g, "/readyz").status == 200, 10), admin_get(g, "/readyz").body
-        n = [0]
 
         def counted_on_promoted():
             n[0] += 1
@@ -329,10 +392,19 @@ def test_a_killed_master_is_followed_within_10_s_of_the_promotion(gateway_factor
             return any(k == f"fgtest:{{r:{name}}}:l" for k in keys(cluster, promoted))
         assert wait_until(counted_on_promoted, 10 - (time.monotonic() - at))
         followed = time.monotonic() - at
-        assert followed < 10
+        assert followed < 10, followed
     finally:
         statuses = load.stop()
+    # Every request answered 200 (on_store_error: allow): each one decided by a master,
+    # or, for those the dead master's slots could not decide, counted as a store error
+    # allowed; none let through uncounted.
     assert statuses and set(statuses) <= {200}, {s: statuses.count(s) for s in set(statuses)}
+    now = decisions(g, "r", "l")
+    moved = {k: now[k] - decided[k] for k in now}
+    assert moved["allowed"] + moved["store_error_allowed"] == len(statuses) + n[0], (moved, len(statuses), n[0])
+    assert moved["denied"] == 0, moved
+    record(f"killed master: followed {followed:.2f}s after the promotion; {len(statuses)} requests, "
+           f"decisions {moved}")
     # The limits hold afterwards, the counts from before came across with the replicas.
     assert client(g, "after", 6) == [200] * 5 + [429]
     for c in before:
@@ -360,10 +432,13 @@ def test_a_cluster_with_a_password(gateway_factory, tmp_path):
             assert keys_without_ttl(s.port, auth=c.auth) == []
         wrong = with_admin(lambda extra: gateway_factory(
             store="redis", redis=addresses, routes=route(PER_CLIENT, on_error="deny"), extra=extra, workers=1,
-            redis_extra='  mode: cluster\n  password: "wrong"\n'))
-        time.sleep(1.0)
+            redis_extra='  mode: cluster\n  password: "wrong"\n' + STARTUP_NOW))
+        # It reached the cluster and was refused (not merely: not connected yet).
+        assert wait_until(lambda: "AUTH failed: WRONGPASS" in wrong.log_text(), 10), wrong.log_text()
         assert client(wrong, "e", 1) == [503]
-        assert admin_get(wrong, "/readyz").status == 503
+        r = admin_get(wrong, "/readyz")
+        assert r.status == 503 and "answer 503 on a store error" in r.json()["reason"], (r.status, r.body)
+        assert "fgtest:{r:e}:l" not in all_keys(c)
     finally:
         c.stop()
 

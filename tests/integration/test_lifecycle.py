@@ -2,10 +2,9 @@
 import signal
 import socket
 import subprocess
-import threading
 import time
 
-from conftest import BIN, Reader, get, is_closed, read_response
+from conftest import BIN, Thread, get, is_closed, read_response, wait_until
 
 
 def test_version_and_help():
@@ -41,25 +40,30 @@ def test_bad_config_does_not_start(tmp_path):
     assert out.returncode == 1 and f"{cfg}:1:" in out.stderr
 
 
-def test_sigterm_drains_in_flight_requests(gateway):
+def test_sigterm_drains_in_flight_requests(gateway_factory, upstream):
     # An in-flight slow request completes; idle keep-alive connections are closed;
     # new connections are refused; the process exits 0.
+    # (the upstream's answer may take longer than the 3 s it sleeps: not a 504)
+    gateway = gateway_factory(upstream_opts={"response_timeout": "20s"})
     idle = gateway.connect()
     idle.sendall(get("/echo"))
     assert read_response(idle).status == 200
+    upstream.reset()
     result = {}
 
     def slow():
-        with gateway.connect() as s:
-            s.sendall(get("/slow?ms=1500"))
+        with gateway.connect(timeout=30) as s:
+            s.sendall(get("/slow?ms=3000"))
             result["r"] = read_response(s)
 
-    t = threading.Thread(target=slow)
+    t = Thread(target=slow)
     t.start()
-    time.sleep(0.5)
+    # In flight: the upstream has it.
+    assert wait_until(lambda: upstream.stats()["requests"] == 1, 5), upstream.stats()
     gateway.proc.send_signal(signal.SIGTERM)
-    assert is_closed(idle, timeout=3)
-    t.join(10)
+    assert is_closed(idle, timeout=10)
+    assert "r" not in result  # (the idle one closed while the slow one was in flight)
+    t.join(30)
     assert result["r"].status == 200 and result["r"].body == b"slow"
     assert result["r"].header("connection") == "close"
     assert gateway.proc.wait(10) == 0
@@ -71,12 +75,16 @@ def test_sigterm_drains_in_flight_requests(gateway):
     assert refused
 
 
-def test_drain_is_bounded(gateway_factory):
-    g = gateway_factory(http={"drain_timeout": "1s"})
+def test_drain_is_bounded(gateway_factory, upstream):
+    # A request in flight for 20 s is given up after drain_timeout (1 s): the process
+    # exits long before its answer would have come.
+    g = gateway_factory(http={"drain_timeout": "1s"}, upstream_opts={"response_timeout": "60s"})
+    upstream.reset()
     with g.connect() as s:
-        s.sendall(get("/slow?ms=1800"))
-        time.sleep(0.3)
+        s.sendall(get("/slow?ms=20000"))
+        assert wait_until(lambda: upstream.stats()["requests"] == 1, 5), upstream.stats()
         start = time.monotonic()
         g.proc.send_signal(signal.SIGTERM)
-        assert g.proc.wait(10) == 0
-        assert time.monotonic() - start < 1.7
+        assert g.proc.wait(15) == 0
+        took = time.monotonic() - start
+        assert 1.0 <= took < 10, f"exited {took:.2f}s after SIGTERM (drain_timeout 1 s, the answer due in 20 s)"

@@ -1,8 +1,5 @@
 """Rate limiting through the real binary, with the embedded memory store."""
-import threading
-import time
-
-from conftest import Reader, get, read_response
+from conftest import Thread, get, join_all, read_response, wait_until
 
 
 def route(limits, response="", path="/limited", extra=""):
@@ -176,25 +173,31 @@ def test_denied_request_with_expect_never_uploads(gateway_factory, upstream):
         assert r.status == 429  # not 100 Continue
 
 
-def test_concurrency_limit_and_release(gateway_factory):
+def test_concurrency_limit_and_release(gateway_factory, upstream):
     limits = """      - name: inflight
         algorithm: concurrency
         key: global
         limit: 2
 """
-    g = gateway_factory(routes=route(limits, path="/slow"))
+    # (the two slow ones outlast the third's answer on any machine; under the
+    # upstream's response timeout)
+    g = gateway_factory(routes=route(limits, path="/slow"), upstream_opts={"response_timeout": "20s"})
+    upstream.reset()
     results = []
 
     def call():
-        results.append(g.request(get("/slow?ms=800")).status)
+        results.append(g.request(get("/slow?ms=5000"), timeout=30).status)
 
-    threads = [threading.Thread(target=call) for _ in range(2)]
+    threads = [Thread(target=call) for _ in range(2)]
     for t in threads:
         t.start()
-    time.sleep(0.3)
-    third = g.request(get("/slow?ms=1"))
-    for t in threads:
-        t.join()
+    try:
+        # Both hold their lease once the upstream has them.
+        assert wait_until(lambda: upstream.stats()["requests"] == 2, 5), upstream.stats()
+        third = g.request(get("/slow?ms=1"))
+        assert results == [], results  # (answered while the two were still in flight)
+    finally:
+        join_all(threads, 30)
     assert sorted(results) == [200, 200]
     assert third.status == 429 and third.header("retry-after") == "1"
     # leases were released when the responses finished

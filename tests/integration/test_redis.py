@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from conftest import BIN_SYSTEM_MALLOC, SANITIZED, Reader, get, read_response
+from conftest import BIN_SYSTEM_MALLOC, SANITIZED, STARTUP_NOW, Reader, Thread, get, join_all, read_response, \
+    run_threads, wait_until
 
 FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 
@@ -51,11 +52,7 @@ def hammer(gateways, total, threads=8, path="/limited", extra=""):
         with lock:
             statuses.extend(mine)
 
-    ts = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    run_threads(worker, [(i,) for i in range(threads)])
     return statuses
 
 
@@ -93,7 +90,7 @@ def test_token_bucket_refills_over_time(gateway_factory, redis_server):
                         store="redis", redis=redis_server.address, workers=1)
     codes = [g.request(get("/limited")).status for _ in range(3)]
     assert codes == [200, 200, 429]
-    time.sleep(0.6)  # one token back after 500ms
+    time.sleep(0.6)  # (what is tested: one token back after 500 ms)
     assert g.request(get("/limited")).status == 200
 
 
@@ -101,7 +98,7 @@ def test_fixed_window_edge(gateway_factory, redis_server):
     g = gateway_factory(routes=route(limit("fixed_window", key="global", limit=2, window="1s")),
                         store="redis", redis=redis_server.address, workers=1)
     assert [g.request(get("/limited")).status for _ in range(3)] == [200, 200, 429]
-    time.sleep(1.1)  # the key expired with its window; the local deny cache too
+    time.sleep(1.1)  # (what is tested: the key expired with its window; the local deny cache too)
     assert [g.request(get("/limited")).status for _ in range(3)] == [200, 200, 429]
 
 
@@ -114,8 +111,24 @@ def test_clock_skew_does_not_matter(gateway_factory, redis_server):
     # the build with the C library's malloc (libfaketime cannot start alongside jemalloc).
     skewed = gateway_factory(routes=route(lim), store="redis", redis=redis_server.address, binary=BIN_SYSTEM_MALLOC,
                              env={"LD_PRELOAD": FAKETIME_LIB, "FAKETIME": "+1h", "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
+    # The skew took effect: the skewed gateway's log lines carry its clock's time, an
+    # hour ahead of ours (the normal one's, ours).
+    skew = {name: logged_at(g) - time.time() for name, g in (("normal", normal), ("skewed", skewed))}
+    assert 3000 < skew["skewed"] < 4200 and abs(skew["normal"]) < 600, skew
     statuses = hammer([normal, skewed], 160, threads=4)
-    assert statuses.count(200) == 50
+    assert statuses.count(200) == 50, {s: statuses.count(s) for s in set(statuses)}
+    # Both tell a denied client the same wait, within the window (a reset reckoned on
+    # the skewed clock would be an hour off).
+    for g in (normal, skewed):
+        r = g.request(get("/limited"))
+        assert r.status == 429 and 1 <= int(r.header("retry-after")) <= 60, (r.status, r.headers)
+
+
+def logged_at(g):
+    """The time (Unix seconds) a gateway's "listening" log line says it was written."""
+    import datetime
+    line = next(l for l in g.log_text().splitlines() if "floodgate listening on" in l)
+    return datetime.datetime.strptime(line.split(" ", 1)[0], "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
 
 
 def test_concurrency_never_exceeds_and_dead_gateway_leases_are_reclaimed(gateway_factory, redis_server, upstream):
@@ -126,40 +139,40 @@ def test_concurrency_never_exceeds_and_dead_gateway_leases_are_reclaimed(gateway
     lock = threading.Lock()
 
     def call(i):
-        r = gws[i % 3].request(get("/slow?ms=700"))
+        # (long enough that the 9 overlap on any machine, shorter than a lease's 2 s)
+        r = gws[i % 3].request(get("/slow?ms=1500"))
         with lock:
             results.append(r.status)
 
-    ts = [threading.Thread(target=call, args=(i,)) for i in range(9)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    assert results.count(200) <= 3 and results.count(200) >= 1
-    assert results.count(429) == 9 - results.count(200)
+    run_threads(call, [(i,) for i in range(9)])
+    assert 1 <= results.count(200) <= 3, results
+    assert results.count(429) == 9 - results.count(200), results
+    key = "fgtest:{r:l:*}"
     # leases were released: all three slots free again
-    time.sleep(0.2)
-    assert redis_server.cli("zcard", "fgtest:{r:l:*}") == "0"
+    assert wait_until(lambda: redis_server.cli("zcard", key) == "0", 5), redis_server.cli("zrange", key, "0", "-1")
     # a gateway killed while holding a lease: the lease expires after its lifetime
     victim = gws[0]
     s = victim.connect()
     s.sendall(get("/slow?ms=5000"))
-    time.sleep(0.3)
-    assert redis_server.cli("zcard", "fgtest:{r:l:*}") == "1"
+    assert wait_until(lambda: redis_server.cli("zcard", key) == "1", 5), redis_server.cli("zcard", key)
     victim.proc.kill()
     victim.proc.wait()
-    s.close()
-    time.sleep(2.2)
-    assert redis_server.cli("zcard", "fgtest:{r:l:*}") in ("0", "1")
-    # the expired lease no longer counts: three fresh requests fit
-    results.clear()
-    ts = [threading.Thread(target=call, args=(i,)) for i in (1, 2, 4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    assert results == [200, 200, 200]
     victim.killed = True
+    s.close()
+    # Its lease ends at its score (Redis' time when it was last taken or renewed, plus
+    # the 2 s lifetime): no longer counted once Redis' clock is past it.
+    held = redis_server.cli("zrange", key, "0", "0", "withscores").splitlines()
+    ends = int(float(held[1])) if len(held) == 2 else 0  # (or already gone with its key)
+
+    def redis_ms():
+        sec, usec = redis_server.cli("time").split()
+        return int(sec) * 1000 + int(usec) // 1000
+    assert wait_until(lambda: redis_ms() > ends + 50, 5), (redis_ms(), ends)
+    results.clear()
+    run_threads(call, [(i,) for i in (1, 2, 4)])
+    assert results == [200, 200, 200]
+    # and it is gone (reclaimed by the next call, or expired with its key), theirs released
+    assert wait_until(lambda: redis_server.cli("zcard", key) == "0", 5), redis_server.cli("zrange", key, "0", "-1")
 
 
 def test_flood_costs_redis_one_call_per_retry_period(gateway_factory, redis_server):
@@ -189,7 +202,10 @@ def test_script_flush_is_recovered(gateway_factory, redis_server):
 def test_redis_down_follows_on_store_error_and_recovers(gateway_factory, redis_server):
     lim = limit("fixed_window", key="header:X-K", limit=100, window="1m")
     deny = gateway_factory(routes=route(lim, on_error="deny"), store="redis", redis=redis_server.address)
-    allow = gateway_factory(routes=route(lim, on_error="allow"), store="redis", redis=redis_server.address)
+    from test_admin import with_admin
+    from test_metrics import decisions
+    allow = with_admin(lambda extra: gateway_factory(routes=route(lim, on_error="allow"), store="redis",
+                                                     redis=redis_server.address, extra=extra))
     local = gateway_factory(routes=route(limit("fixed_window", key="header:X-K", limit=2, window="1m"),
                                          on_error="local", path="/local"), store="redis", redis=redis_server.address)
     assert deny.request(get("/limited", extra="X-K: a\r\n")).status == 200
@@ -197,7 +213,12 @@ def test_redis_down_follows_on_store_error_and_recovers(gateway_factory, redis_s
     for _ in range(30):
         r = deny.request(get("/limited", extra="X-K: a\r\n"))
         assert r.status == 503 and r.header("retry-after") == "1"
+    # allowed by its policy, as a counted store error (not decided by a store it lost)
+    before = decisions(allow, "r", "l")
     assert allow.request(get("/limited", extra="X-K: a\r\n")).status == 200
+    after = decisions(allow, "r", "l")
+    assert after["store_error_allowed"] - before["store_error_allowed"] == 1, (before, after)
+    assert after["allowed"] == before["allowed"], (before, after)
     codes = [local.request(get("/local", extra="X-K: z\r\n")).status for _ in range(3)]
     assert codes == [200, 200, 429]  # the memory store enforces the limit on this instance
     assert redis_server.start()  # same port, after stop()
@@ -231,7 +252,9 @@ def test_acl_user_password_and_database(gateway_factory, tmp_path):
         assert r.cli("-n", "0", "exists", "fgtest:{r:l:*}") == "0"
         # a wrong password: every call fails, the route's policy (deny) answers
         bad = gateway_factory(routes=route(lim, on_error="deny"), store="redis", redis=r.address,
-                              redis_extra="  username: gate\n  password: wrong\n")
+                              redis_extra="  username: gate\n  password: wrong\n" + STARTUP_NOW)
+        # (refused by Redis, not merely not connected yet)
+        assert wait_until(lambda: "AUTH failed: WRONGPASS" in bad.log_text(), 10), bad.log_text()
         assert bad.request(get("/limited")).status == 503
     finally:
         r.stop()
@@ -254,26 +277,36 @@ def test_script_flush_and_restart_during_load(gateway_factory, redis_server):
                 seen.append((time.monotonic(), r.status))
         s.close()
 
-    ts = [threading.Thread(target=load, args=(i,)) for i in range(4)]
+    def answered_since(at):
+        with lock:
+            return [st for t, st in seen if t >= at]
+
+    ts = [Thread(target=load, args=(i,)) for i in range(4)]
     for t in ts:
         t.start()
-    time.sleep(0.3)
-    redis_server.cli("script", "flush")
-    time.sleep(0.3)
-    redis_server.stop()
-    down_at = time.monotonic()
-    time.sleep(0.5)
-    assert redis_server.start()  # same port, after stop()
-    time.sleep(1.5)
-    stop.set()
-    for t in ts:
-        t.join(10)
+    try:
+        assert wait_until(lambda: len(answered_since(0)) >= 20, 10)
+        redis_server.cli("script", "flush")
+        flushed_at = time.monotonic()
+        # (served after the flush: each worker's connection met NOSCRIPT and loaded it again)
+        assert wait_until(lambda: answered_since(flushed_at).count(200) >= 20, 10), answered_since(flushed_at)[-20:]
+        stopping_at = time.monotonic()
+        redis_server.stop()
+        down_at = time.monotonic()
+        # While it is down, on_store_error: deny answers.
+        assert wait_until(lambda: 503 in answered_since(down_at), 10), answered_since(down_at)[-20:]
+        assert redis_server.start()  # same port, after stop()
+        up_at = time.monotonic()
+        # ... and the gateway recovers by itself: 20 in a row served since.
+        assert wait_until(lambda: answered_since(up_at)[-20:] == [200] * 20, 15), answered_since(up_at)[-20:]
+    finally:
+        stop.set()
+        join_all(ts, 10)
     statuses = {s for _, s in seen}
     # every request was answered: 200 while Redis served, 503 (on_store_error: deny) while it was down
     assert statuses <= {200, 503}, statuses
-    assert any(s == 503 for t, s in seen if t >= down_at)
-    # and the gateway recovered by itself
-    assert [s for _, s in seen[-20:]] == [200] * 20
+    assert 503 not in answered_since(0)[:20] and 503 not in [st for t, st in seen if flushed_at <= t < stopping_at], \
+        "a 503 while Redis served"
 
 
 def test_requests_resumed_together_reach_their_own_connections(gateway_factory, redis_server):
@@ -301,11 +334,7 @@ def test_requests_resumed_together_reach_their_own_connections(gateway_factory, 
                     problems.append((n, k, r.status, r.body[:200], want))
         s.close()
 
-    ts = [threading.Thread(target=client, args=(i,)) for i in range(16)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    run_threads(client, [(i,) for i in range(16)])
     assert not problems, problems[:3]
     # They went through Redis in shared calls: fewer calls than requests.
     assert redis_server.command_calls("evalsha") < 96

@@ -4,14 +4,15 @@ file leaves the old configuration serving and is counted; counters, pooled upstr
 connections and requests in flight all survive."""
 import os
 import re
+import select
 import shutil
 import signal
 import threading
 import time
 
-from conftest import SANITIZED, get, read_response, wait_until
-from test_admin import admin_get, admin_request, with_admin
-from test_metrics import scrape, send, value
+from conftest import SANITIZED, Thread, get, join_all, read_response, wait_until
+from test_admin import ADMIN_HOST, ADMIN_POST_HEADER, READY_REQUIRES_STORE, admin_get, admin_request, with_admin
+from test_metrics import decisions, scrape, send, value
 from test_redis import limit, route
 
 
@@ -21,7 +22,9 @@ def limited(n, algo="fixed_window", **kw):
 
 
 def start(gateway_factory, n=3, **kw):
-    return with_admin(lambda extra: gateway_factory(routes=limited(n), extra=extra, **kw))
+    # (/readyz then says whether a Redis store a reload brings in is connected: the
+    # routes allow on a store error, so without ready_requires_store it would not)
+    return with_admin(lambda extra: gateway_factory(routes=limited(n), extra=extra, **kw), more=READY_REQUIRES_STORE)
 
 
 def rewrite(g, n, path=None, algo="fixed_window"):
@@ -35,8 +38,14 @@ def rewrite(g, n, path=None, algo="fixed_window"):
 
 
 def post_reload(g):
-    raw = b"POST /reload HTTP/1.1\r\nHost: admin\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    raw = (f"POST /reload HTTP/1.1\r\nHost: {ADMIN_HOST}\r\n{ADMIN_POST_HEADER}Content-Length: 0\r\n"
+           "Connection: close\r\n\r\n").encode()
     return admin_request(g, raw)
+
+
+def store_calls(g):
+    series, _ = scrape(g)
+    return value(series, "floodgate_store_calls_total")
 
 
 def reloads(g, result):
@@ -200,16 +209,17 @@ def test_requests_in_flight_across_20_reloads_all_succeed(gateway_factory, upstr
         with lock:
             results.extend(got)
 
-    threads = [threading.Thread(target=client) for _ in range(clients)]
+    threads = [Thread(target=client) for _ in range(clients)]
     for t in threads:
         t.start()
     go.set()
-    for n in range(20):
-        rewrite(g, 100000 + n, g.config)
-        assert post_reload(g).status == 200
-        time.sleep(0.02)
-    for t in threads:
-        t.join()
+    try:
+        for n in range(20):
+            rewrite(g, 100000 + n, g.config)
+            assert post_reload(g).status == 200
+            time.sleep(0.02)  # (spread over the clients' requests: not a synchronisation)
+    finally:
+        join_all(threads, 60)
     assert len(results) == clients * each
     assert results.count(200) == len(results), {s: results.count(s) for s in set(results)}
     assert reloads(g, "ok") >= 20
@@ -235,7 +245,7 @@ def test_a_new_redis_address_reconnects_and_the_old_server_is_let_go(gateway_fac
     other = RedisServer(d)
     try:
         g = with_admin(lambda extra: gateway_factory(store="redis", redis=redis_server.address, routes=limited(3),
-                                                     extra=extra, workers=2))
+                                                     extra=extra, workers=2), more=READY_REQUIRES_STORE)
         assert wait_until(lambda: admin_get(g, "/readyz").status == 200)
         assert send(g, "/limited", 2) == [200, 200]
         assert len(redis_server.keys("fgtest:*")) == 1
@@ -278,22 +288,32 @@ def test_an_upstream_moved_by_a_reload_gets_the_next_requests(gateway_factory, u
 def test_a_request_in_flight_reaches_an_upstream_the_reload_removed(gateway_factory, upstream, redis_server):
     # The request waits on Redis for its limits (paused) while a reload renames the
     # upstream: it still goes where its configuration said, not to a 502.
+    # (Redis' timeout is longer than the pause: the call is answered, not given up.)
     g = with_admin(lambda extra: gateway_factory(store="redis", redis=redis_server.address, routes=limited(100),
-                                                 extra=extra))
+                                                 extra=extra, redis_timeout="10s"), more=READY_REQUIRES_STORE)
     assert wait_until(lambda: admin_get(g, "/readyz").status == 200)
     assert send(g, "/limited/echo", 1) == [200]
     text = g.config.read_text()
     renamed = text.replace("upstreams:\n  api:", "upstreams:\n  api2:").replace("upstream: api\n", "upstream: api2\n")
     assert renamed != text
     got = []
+    calls = store_calls(g)
+    decided = decisions(g, "r", "per-ip")
     with g.connect() as s:
-        redis_server.cli("client", "pause", "150", "all")
+        redis_server.cli("client", "pause", "4000", "all")
+        paused = time.monotonic()
         s.sendall(get("/limited/echo"))
-        time.sleep(0.03)
+        # Waiting on Redis: its call sent (and held by the pause).
+        assert wait_until(lambda: store_calls(g) == calls + 1, 3), (store_calls(g), calls)
         g.config.write_text(renamed)
         assert post_reload(g).status == 200
+        # ... and still waiting once the reload is done.
+        took = time.monotonic() - paused
+        assert select.select([s], [], [], 0)[0] == [], f"answered before the reload was ({took:.2f}s into the pause)"
         got.append(read_response(s).status)
     assert got == [200]
+    now = decisions(g, "r", "per-ip")
+    assert now["allowed"] - decided["allowed"] == 1 and now["store_error_allowed"] == decided["store_error_allowed"]
     assert send(g, "/limited/echo", 1) == [200]
 
 

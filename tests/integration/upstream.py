@@ -16,7 +16,7 @@ Endpoints (any method):
                     for h2c), then a raw tunnel echoing every byte back; without: as /echo
   /force-101        always 101 with Upgrade: h2c, then a raw tunnel echoing every byte back
 Control, on a second port so it is never counted: GET /__stats -> {"connections",
-"requests", "bytes"}; GET /__reset.
+"requests", "bytes", "closed"} (closed: connections ended, by either side); GET /__reset.
 Prints "PORT <main> <control>" on stdout once listening.
 """
 import base64
@@ -29,7 +29,7 @@ import time
 from urllib.parse import parse_qs, urlsplit
 
 lock = threading.Lock()
-stats = {"connections": 0, "requests": 0, "bytes": 0}
+stats = {"connections": 0, "requests": 0, "bytes": 0, "closed": 0}
 
 
 class Conn:
@@ -242,6 +242,9 @@ def serve(sock, number, control=False):
             sock.close()
         except OSError:
             pass
+        if not control:
+            with lock:
+                stats["closed"] += 1
 
 
 def main():
