@@ -132,10 +132,13 @@ void listener::forget(conn_list::iterator it) {
   conns_.erase(it);
 }
 
-bool listener::evict(const std::string* peer) {
-  // conns_ runs from the longest idle: a session goes to the back when it becomes idle.
+bool listener::evict(const std::string* peer) { return evict(peer, false) || evict(peer, true); }
+
+bool listener::evict(const std::string* peer, bool reading) {
+  // conns_ runs from the longest in its state: a session goes to the back when its
+  // state changes.
   for (auto& c : conns_) {
-    if (c.busy || c.gone || (peer && c.peer != *peer)) continue;
+    if (c.busy || c.gone || c.reading != reading || (peer && c.peer != *peer)) continue;
     c.gone = true;
     --open_;
     if (auto p = per_peer_.find(c.peer); p != per_peer_.end() && --p->second == 0) per_peer_.erase(p);
@@ -214,19 +217,29 @@ asio::awaitable<void> listener::session(tcp::socket socket, std::string peer) {
   beast::tcp_stream stream(std::move(socket));
   ++open_;
   ++per_peer_[peer];
-  registration reg{*this, conns_.insert(conns_.end(), conn{peer, &stream})};
+  registration reg{*this, conns_.insert(conns_.end(), conn{peer, &stream, std::chrono::steady_clock::now()})};
+  // Its state changes: at the back of the line for room, in order of `since`.
+  const auto now_in = [&](bool busy, bool reading) {
+    reg.it->busy = busy;
+    reg.it->reading = reading;
+    reg.it->since = std::chrono::steady_clock::now();
+    conns_.splice(conns_.end(), conns_, reg.it);
+  };
   beast::flat_buffer buffer;
   for (bool first = true;; first = false) {
-    // Between requests: up to idle_timeout for the next one to begin.
-    if (!first && buffer.size() == 0) {
-      stream.expires_after(limits_.idle_timeout);
+    // Before a request: its first bytes, within read_timeout of the connection or
+    // idle_timeout of the last answer.
+    if (buffer.size() == 0) {
+      stream.expires_after(first ? limits_.read_timeout : limits_.idle_timeout);
       auto [ec, n] = co_await stream.async_read_some(buffer.prepare(limits_.max_head_bytes), use_tuple);
       if (ec || reg.it->gone) break;
       buffer.commit(n);
     }
+    now_in(false, true);
     http::request_parser<http::empty_body> parser;
     parser.header_limit(static_cast<std::uint32_t>(limits_.max_head_bytes));
-    stream.expires_after(limits_.read_timeout);
+    // (the first request's time counts from the connection)
+    if (!first) stream.expires_after(limits_.read_timeout);
     auto [ec, n] = co_await http::async_read_header(stream, buffer, parser, use_tuple);
     if (reg.it->gone) break;
     if (ec == http::error::header_limit) {
@@ -250,13 +263,12 @@ asio::awaitable<void> listener::session(tcp::socket socket, std::string peer) {
       co_await send(stream, std::move(res), limits_.read_timeout);
       break;
     }
-    reg.it->busy = true;
+    now_in(true, false);
     auto res = make_response(co_await answer(req, peer), head, req.keep_alive());
     const bool keep = co_await send(stream, std::move(res), limits_.read_timeout);
     if (!keep || reg.it->gone) break;
     // Idle again: last in line to be closed for room.
-    reg.it->busy = false;
-    conns_.splice(conns_.end(), conns_, reg.it);
+    now_in(false, false);
   }
   boost::system::error_code ignored;
   if (!reg.it->gone) stream.socket().shutdown(tcp::socket::shutdown_send, ignored);

