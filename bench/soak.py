@@ -285,11 +285,13 @@ class Soak:
                 s = holder[0]
                 conn = "keep-alive" if keep_alive else "close"
                 s.sendall(f"GET {path} HTTP/1.1\r\nHost: soak\r\nX-Client: {name}\r\nConnection: {conn}\r\n\r\n".encode())
-                status, _ = read_status(s, reader)
+                status, lines = read_status(s, reader)
                 self.stats.add(f"{path} {status}")
                 if not self.judge(path, status, t):
                     self.stats.fail(f"{path} -> {status} at {t:.1f}")
-                if not keep_alive:
+                # (the gateway closes after an answer it marks Connection: close, e.g. a 502)
+                closing = any(x.lower().replace(" ", "") == "connection:close" for x in lines[1:])
+                if not keep_alive or closing:
                     s.close()
                     holder.clear()
             except (OSError, EOFError) as e:

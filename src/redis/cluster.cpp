@@ -61,7 +61,8 @@ void cluster_client::start_seeds() {
 }
 
 bool cluster_client::known(const config::endpoint& ep) const {
-  if (known_.count(key_of(ep))) return true;
+  const auto key = key_of(ep);
+  if (known_.count(key) || confirmed_.count(key)) return true;
   return std::any_of(cfg_.addresses.begin(), cfg_.addresses.end(),
                      [&](const config::endpoint& a) { return a.host == ep.host && a.port == ep.port; });
 }
@@ -73,6 +74,7 @@ void cluster_client::park(std::shared_ptr<call> c) {
   }
   c->parked = true;
   parked_.push_back(std::move(c));
+  want_nodes_ = true;
   refresh_soon();
 }
 
@@ -180,12 +182,22 @@ void cluster_client::dispatch(std::shared_ptr<call> c, std::size_t target, bool 
     asio::post(ex_, [done = std::move(done)] { done(errc::not_connected, nullptr); });
     return;
   }
+  auto& conn = *nodes_[target].conn;
+  if (!conn.connected() && c->hops > 0 && c->tries < max_tries) {
+    // Redirected to a node whose connection is just being made (a master new to this
+    // client): a moment for it, as for TRYAGAIN, before the call fails.
+    auto timer = std::make_shared<asio::steady_timer>(ex_, std::chrono::milliseconds(10 << c->tries++));
+    timer->async_wait([w = weak_from_this(), c, timer, target, asking](error_code) {
+      if (auto self = w.lock()) self->dispatch(c, target < self->nodes_.size() ? target : npos, asking);
+      else c->done(errc::disconnected, nullptr);
+    });
+    return;
+  }
   // The arguments stay with the call for a redirection's retry.
   auto reply_to = [w = weak_from_this(), c, target](error_code ec, const redisReply* r) {
     if (auto self = w.lock()) self->on_reply(c, target, ec, r);
     else c->done(ec ? ec : error_code(errc::disconnected), nullptr);
   };
-  auto& conn = *nodes_[target].conn;
   if (asking) conn.eval_asking(c->argc, c->args, std::move(reply_to));
   else conn.eval(c->argc, c->args, std::move(reply_to));
 }
@@ -307,9 +319,24 @@ void cluster_client::refresh() {
     self->refreshing_ = false;
     if (ec || r.is_error()) cluster_events::refresh_failed.fetch_add(1, std::memory_order_relaxed);
     else self->refreshed(r, at);
-    self->release_parked();
+    // (calls parked since this refresh began wait for the next, which asks for nodes)
+    if (!self->nodes_pending_ && !self->want_nodes_) self->release_parked();
     if (std::exchange(self->again_, false)) self->refresh_soon();
   });
+  if (std::exchange(want_nodes_, false)) {
+    // (after CLUSTER SLOTS on the same connection: its answer comes second)
+    nodes_pending_ = true;
+    asked->send({"CLUSTER", "NODES"}, [w = weak_from_this(), at = asked->endpoint()](error_code ec, reply r) {
+      auto self = w.lock();
+      if (!self || self->stopped_) return;
+      self->nodes_pending_ = false;
+      if (!ec && (r.type == reply::kind::string || r.type == reply::kind::status)) {
+        self->confirmed_.clear();
+        for (auto& ep : node_addresses(r.str, at, max_nodes)) self->confirmed_.insert(key_of(ep));
+      }
+      self->release_parked();
+    });
+  }
 }
 
 void cluster_client::refreshed(const reply& r, const config::endpoint& asked) {

@@ -41,10 +41,11 @@ struct cluster_events {
 // and every 5 s otherwise: a promoted replica is found with no manual step.
 //
 // Only nodes of the cluster are connected to (and sent the password): the seeds in
-// redis.addresses and the masters and replicas of the last map a known node gave. A
-// MOVED or ASK naming any other address is not followed: the call waits for a new map
-// (once) and goes where that map says; a second such redirection fails it (a store
-// error). A node that leaves the map is dropped (its number may be reused). Scripts
+// redis.addresses, the masters and replicas of the last map a known node gave, and the
+// nodes its CLUSTER NODES names (asked when a redirection names an address no map
+// does: a master that serves no slot yet, the target of a reshard). A MOVED or ASK
+// naming any other address is not followed: the call waits for a new map and node list
+// (once) and goes where they say; a second such redirection fails it (a store error). A node that leaves the map is dropped (its number may be reused). Scripts
 // load on every connect and again on NOSCRIPT (redis::connection). Per worker, on its
 // executor; not thread-safe.
 class cluster_client : public std::enable_shared_from_this<cluster_client> {
@@ -109,13 +110,17 @@ class cluster_client : public std::enable_shared_from_this<cluster_client> {
   std::vector<node> nodes_;                               // bounded: see node_at
   std::unordered_map<std::string, std::size_t> by_addr_;  // "host:port" -> nodes_ index
   std::vector<std::size_t> free_;                         // dropped entries of nodes_, for reuse
-  std::unordered_set<std::string> known_;                 // "host:port" of the seeds and the map's nodes
+  std::unordered_set<std::string> known_;                 // "host:port" of the map's nodes
+  std::unordered_set<std::string> confirmed_;             // and of CLUSTER NODES' (bounded: max_nodes)
   std::vector<std::shared_ptr<call>> parked_;             // bounded: max_parked
   std::vector<std::uint16_t> owner_;                      // per slot: nodes_ index, or no_owner
   static constexpr std::uint16_t no_owner = 0xffff;
   std::size_t masters_ = 0, covered_ = 0;
   std::vector<std::shared_ptr<connection>> seeds_;  // while no map is known, or no master answers
   bool refreshing_ = false, again_ = false, stopped_ = false;
+  // A redirection named an unknown address: the next refresh asks CLUSTER NODES too
+  // (a master that serves no slot yet, the target of a reshard, is in no slot map).
+  bool want_nodes_ = false, nodes_pending_ = false;
   std::chrono::steady_clock::time_point last_refresh_{};
   std::size_t ask_next_ = 0;  // round robin over who is asked for the map
   boost::asio::steady_timer refresh_timer_, tick_;

@@ -151,6 +151,35 @@ std::optional<redirect> parse_redirect(std::string_view error, const config::end
   return out;
 }
 
+std::vector<config::endpoint> node_addresses(std::string_view text, const config::endpoint& asked, std::size_t at_most) {
+  std::vector<config::endpoint> out;
+  while (!text.empty() && out.size() < at_most) {
+    auto nl = text.find('\n');
+    auto line = text.substr(0, nl);
+    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+    // "<id> <ip:port@cport[,hostname]> <flags> ...": the second and third fields.
+    auto a = line.find(' ');
+    if (a == std::string_view::npos) continue;
+    auto b = line.find(' ', a + 1);
+    if (b == std::string_view::npos) continue;
+    auto address = line.substr(a + 1, b - a - 1);
+    auto c = line.find(' ', b + 1);
+    auto flags = line.substr(b + 1, c == std::string_view::npos ? std::string_view::npos : c - b - 1);
+    // Not a node to send anything to: failed, still joining, or of no known address.
+    bool usable = true;
+    for (std::string_view bad : {"fail", "handshake", "noaddr"})
+      for (std::size_t at = 0; (at = flags.find(bad, at)) != std::string_view::npos; at += bad.size()) {
+        const bool starts = at == 0 || flags[at - 1] == ',';
+        const bool ends = at + bad.size() == flags.size() || flags[at + bad.size()] == ',';
+        if (starts && ends) usable = false;
+      }
+    if (!usable) continue;
+    address = address.substr(0, address.find('@'));
+    if (auto ep = read_address(address, asked)) out.push_back(std::move(*ep));
+  }
+  return out;
+}
+
 cluster_error classify_error(std::string_view error) {
   if (starts_with_word(error, "MOVED")) return cluster_error::moved;
   if (starts_with_word(error, "ASK")) return cluster_error::ask;

@@ -78,6 +78,11 @@ struct redirect {
 // that a refresh of the map corrects. Any other text, or a malformed redirection: nullopt.
 std::optional<redirect> parse_redirect(std::string_view error, const config::endpoint& asked);
 
+// The addresses of the usable nodes in a CLUSTER NODES answer (masters with or without
+// slots, replicas; not those flagged fail, handshake or noaddr), at most `at_most`:
+// "<id> <ip:port@cport[,hostname]> <flags> ..." per line, an empty host meaning `asked`'s.
+std::vector<config::endpoint> node_addresses(std::string_view text, const config::endpoint& asked, std::size_t at_most);
+
 // What a cluster error reply asks of the client.
 enum class cluster_error {
   none,         // not a cluster error: the command's own answer

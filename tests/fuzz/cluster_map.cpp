@@ -36,6 +36,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const auto mode = in.byte();
   const fg::config::endpoint asked{"10.0.0.1", 7000};
   const auto bytes = in.rest();
+  if (mode & 2) {
+    // CLUSTER NODES' text: addresses only, at most 64
+    auto nodes = node_addresses(bytes, asked, 64);
+    if (nodes.size() > 64) std::abort();
+    for (const auto& n : nodes)
+      if (n.port == 0) std::abort();
+    return 0;
+  }
   if (mode & 1) {
     auto r = parse_redirect(bytes, asked);
     if (r && (r->slot >= slot_count || r->address.port == 0)) std::abort();

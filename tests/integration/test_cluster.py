@@ -9,7 +9,7 @@ import time
 import pytest
 
 from conftest import STARTUP_NOW, Load, Thread, get, join_all, keys_without_ttl, read_response, record, \
-    run_threads, wait_until
+    run_threads, wait_for, wait_until
 from conftest import client_statuses as client
 from test_admin import READY_REQUIRES_STORE, admin_get, with_admin
 from test_metrics import decisions, scrape, store_errors, value
@@ -65,7 +65,8 @@ def own_cluster(redis_cluster):
 def events(g):
     series, _ = scrape(g)
     return {e: value(series, "floodgate_redis_cluster_events_total", event=e)
-            for e in ("moved", "ask", "refresh", "refresh_failed", "try_again", "cluster_down", "refund", "split")}
+            for e in ("moved", "ask", "refresh", "refresh_failed", "try_again", "cluster_down", "refund", "split",
+                      "foreign_redirect")}
 
 
 def _crc16_table():
@@ -273,6 +274,50 @@ def test_an_ask_redirection_is_followed_to_the_importing_node(gateway_factory, o
     for port in [target, source] + [m.port for m in cluster.masters() if m.port not in (source, target)]:
         assert cluster.cli(port, "cluster", "setslot", at, "node", ids[target]) == "OK"
     assert client(g, name, 1) == [429]
+
+
+def test_an_ask_to_a_master_that_serves_no_slot_yet_is_followed(gateway_factory, own_cluster, tmp_path):
+    """Resharding into a new, empty master (as `redis-cli --cluster add-node` then
+    `reshard` does): the target is in no slot map (CLUSTER SLOTS names only masters with
+    slots), so the ASK towards it names an address the gateway has not seen; it asks
+    CLUSTER NODES of a known node, finds the new master there, and follows the ASK:
+    decided on the new node, exactly, no store error."""
+    from conftest import ClusterNode
+    cluster = own_cluster
+    d = tmp_path / "newnode"
+    d.mkdir()
+    new = ClusterNode(d, cluster.node_timeout_ms)
+    cluster.servers.append(new)  # (stopped with the cluster)
+    seed = cluster.masters()[0].port
+    assert cluster.cli(new.port, "cluster", "meet", "127.0.0.1", seed, cluster.server(seed).bus_port) == "OK"
+    new_id = cluster.cli(new.port, "cluster", "myid")
+    wait_for("every node knows the new master",
+             lambda: all(any(n.id == new_id and "handshake" not in n.flags for n in cluster.nodes(s.port))
+                         for s in cluster.live()), 30)
+    # (until then it answers CLUSTERDOWN: it has not learnt the slots yet)
+    wait_for("the new master sees the cluster ok",
+             lambda: "cluster_state:ok" in cluster.cli(new.port, "cluster", "info"), 30)
+    g = start(gateway_factory, cluster, PER_CLIENT, on_error="deny")
+    name = "to-new"
+    key = f"fgtest:{{r:{name}}}:l"
+    at = slot(cluster, key)
+    source = owner_port(cluster, key)
+    ids = {n.port: n.id for n in cluster.nodes()}
+    assert cluster.cli(new.port, "cluster", "setslot", at, "importing", ids[source]) == "OK"
+    assert cluster.cli(source, "cluster", "setslot", at, "migrating", new_id) == "OK"
+    assert cluster.cli(source, "get", key) == f"ASK {at} 127.0.0.1:{new.port}"
+    before, errors_before = events(g), store_errors(g)
+    assert client(g, name, 6) == [200] * 5 + [429]
+    after = events(g)
+    assert keys(cluster, new.port, key) == [key]
+    assert after["ask"] - before["ask"] >= 1, (before, after)
+    assert store_errors(g) == errors_before, (before, after)
+    # the first call waited for the node list (counted as not followed, once), the rest
+    # followed the ASK at once
+    assert after["foreign_redirect"] - before["foreign_redirect"] >= 1, (before, after)
+    record(f"ask to an empty master: {before} -> {after}")
+    for port in [new.port, source] + [m.port for m in cluster.masters() if m.port not in (source, new.port)]:
+        cluster.cli(port, "cluster", "setslot", at, "node", new_id)
 
 
 def test_resharding_under_load(gateway_factory, own_cluster):

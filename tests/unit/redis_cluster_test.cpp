@@ -266,3 +266,23 @@ TEST_CASE("classify_error: the cluster errors a command can meet", "[redis]") {
   CHECK(classify_error("ASKING") == cluster_error::none);
   CHECK(classify_error("") == cluster_error::none);
 }
+
+TEST_CASE("CLUSTER NODES: the usable nodes' addresses, bounded", "[redis][cluster]") {
+  const fg::config::endpoint asked{"10.0.0.9", 7000};
+  const std::string text =
+      "07c3 127.0.0.1:30004@31004 master - 0 1 0 connected\n"                // a master with no slot
+      "e7d1 127.0.0.1:30001@31001,host-a myself,master - 0 0 1 connected 0-5460\n"
+      "67ed ::1:30002@31002 slave e7d1 0 1 2 connected\n"                    // IPv6, bare
+      "292f 127.0.0.1:30003@31003 master,fail - 1 1 3 disconnected 5461-10922\n"
+      "6ec2 :30005@31005 master,noaddr - 0 0 4 connected\n"
+      "aaaa 127.0.0.1:30006@31006 handshake - 0 0 0 connected\n"
+      "bbbb :30007@31007 myself,master - 0 0 5 connected\n"                  // unknown host: asked's
+      "garbage\n\n";
+  auto got = fg::redis::node_addresses(text, asked, 100);
+  std::vector<std::string> s;
+  for (const auto& e : got) s.push_back(e.str());
+  CHECK(s == std::vector<std::string>{"127.0.0.1:30004", "127.0.0.1:30001", "[::1]:30002", "10.0.0.9:30007"});
+  CHECK(fg::redis::node_addresses(text, asked, 2).size() == 2);
+  // "failover" is not "fail"
+  CHECK(fg::redis::node_addresses("x 1.2.3.4:1@2 master,failover - 0 0 0 connected", asked, 10).size() == 1);
+}
