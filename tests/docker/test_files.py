@@ -133,6 +133,30 @@ def sidecar_config():
 CONFIGS = {"image": image_config, "compose": compose_config, "sidecar": sidecar_config}
 
 
+def gateway_on_redis(tmp_path, upstream, redis, on_store_error=None):
+    """A gateway on `redis` with an admin port and one limited route; (gateway, admin port)."""
+    policy = f"    on_store_error: {on_store_error}\n" if on_store_error else ""
+    routes = f"""  - name: r
+    match:
+      path_prefix: /
+    upstream: api
+{policy}    limits:
+      - name: per-ip
+        algorithm: fixed_window
+        key: ip
+        limit: 1000
+        window: 1h
+"""
+    for _ in range(3):
+        port = free_port()
+        try:
+            return Gateway(tmp_path, upstream.address, extra=f'admin:\n  listen: "127.0.0.1:{port}"\n',
+                           store="redis", redis=redis.address, routes=routes), port
+        except RuntimeError:
+            continue
+    raise RuntimeError("no free admin port")
+
+
 @pytest.mark.parametrize("which", sorted(CONFIGS))
 def test_each_config_passes_check_with_its_environment(which, tmp_path):
     text, env = CONFIGS[which]()
@@ -218,27 +242,8 @@ def test_the_healthcheck_passes_while_redis_is_down(tmp_path):
     u = Upstream()
     (tmp_path / "redis").mkdir()
     redis = RedisServer(tmp_path / "redis")
-    routes = """  - name: r
-    match:
-      path_prefix: /
-    upstream: api
-    on_store_error: deny
-    limits:
-      - name: per-ip
-        algorithm: fixed_window
-        key: ip
-        limit: 1000
-        window: 1h
-"""
     try:
-        for _ in range(3):
-            port = free_port()
-            try:
-                g = Gateway(tmp_path, u.address, extra=f'admin:\n  listen: "127.0.0.1:{port}"\n', store="redis",
-                            redis=redis.address, routes=routes)
-                break
-            except RuntimeError:
-                continue
+        g, port = gateway_on_redis(tmp_path, u, redis, "deny")
         try:
             def probe(path):
                 url = re.sub(r"^http://127\.0\.0\.1:\d+/\w+$", f"http://127.0.0.1:{port}{path}", argv[2])
@@ -420,26 +425,8 @@ def metrics_documented(tmp_path):
     u = Upstream()
     (tmp_path / "redis").mkdir()
     redis = RedisServer(tmp_path / "redis")
-    routes = """  - name: r
-    match:
-      path_prefix: /
-    upstream: api
-    limits:
-      - name: per-ip
-        algorithm: fixed_window
-        key: ip
-        limit: 1000
-        window: 1h
-"""
     try:
-        for _ in range(3):
-            port = free_port()
-            try:
-                g = Gateway(tmp_path, u.address, extra=f'admin:\n  listen: "127.0.0.1:{port}"\n', store="redis",
-                            redis=redis.address, routes=routes)
-                break
-            except RuntimeError:
-                continue
+        g, port = gateway_on_redis(tmp_path, u, redis)
         try:
             for stop_first in (False, False, True):
                 if stop_first:
