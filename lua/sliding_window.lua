@@ -18,6 +18,9 @@ ALGOS[SW] = function(now, ceil, floor, whole, read_state)
       local limit, window = spec[2], spec[3]
       local origin = st.o or mfloor(now)
       local t = mfloor(now) - origin
+      -- A clock behind the bucket last written (this node's wall clock stepped back)
+      -- counts in that bucket, as at its start, not as an earlier one without a count.
+      if st.b and t < st.b * window then t = st.b * window end
       local idx = mfloor(t / window)
       local elapsed = t - idx * window
       local curr, prev = 0, 0

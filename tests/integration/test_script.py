@@ -267,3 +267,17 @@ def test_a_dry_run_of_several_limits_records_nothing_for_any(redis_server):
     res = call(redis_server, [("d", [(wide, 1), (narrow, 2)])], specs, dry=True)
     assert [x[:2] for x in res[0]] == [(1, 8), (1, 0)]
     assert (key_state(redis_server, wide), key_state(redis_server, narrow)) == before
+
+
+def test_sliding_window_a_clock_behind_the_bucket_last_written_counts_in_that_bucket(redis_server):
+    # Redis' clock is its wall clock: stepped back (NTP, a failover to a node behind),
+    # `now` falls in a bucket before the one the key holds. Read as that earlier bucket,
+    # the key had no count and began afresh with a whole limit; it counts in its bucket.
+    key = "fgtest:{r:l:sw-back}"
+    origin = redis_ms(redis_server) - 30000  # now: half way into bucket 0 of 60 s buckets
+    # bucket 1 holds the whole limit (5), bucket 0 before it too
+    redis_server.cli("eval", "redis.call('SET', KEYS[1], struct.pack('<dddd', tonumber(ARGV[1]), tonumber(ARGV[2]),"
+                     " tonumber(ARGV[3]), tonumber(ARGV[4])), 'PX', 180000)", "1", key, "1", "5", "5", str(origin))
+    res = call(redis_server, [(f"n{i}", [(key, 1)]) for i in range(3)], [(*SPECS["sliding_window"], 0)])
+    assert [r[0][0] for r in res] == [0, 0, 0], res
+    assert state(redis_server, key, "bcpo") == {"b": 1, "c": 5, "p": 5, "o": origin}

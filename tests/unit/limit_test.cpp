@@ -374,6 +374,22 @@ TEST_CASE("sliding_window: buckets start at the key's first request, so a flood 
   CHECK(s.origin == 2500);
 }
 
+TEST_CASE("sliding_window: a clock read behind the bucket last written counts in that bucket", "[limit]") {
+  // Two workers on one key: one read its clock (999), then waited for the store's lock
+  // while the other admitted a request at 1010, in the next bucket.
+  auto c = windowed(cfg::algorithm::sliding_window, 100, 1000);
+  key_state s;
+  CHECK(admit_all(c, s, 0) == 100);
+  CHECK(eval(c, s, 1010).allowed);  // 100 x 0.99 + 1 = 100
+  CHECK(s.bucket == 1);
+  // Taken for bucket 0 it found no count there and began the key afresh (then 1010
+  // admitted 99 more): it counts at the start of bucket 1, where 100 is the limit.
+  CHECK_FALSE(eval(c, s, 999).allowed);
+  CHECK(s.bucket == 1);
+  CHECK(s.origin == 0);
+  CHECK(admit_all(c, s, 1010) == 0);
+}
+
 // ---------------------------------------------------------------- token_bucket
 
 TEST_CASE("token_bucket starts full and refills at the rate, never above burst", "[limit]") {
@@ -778,6 +794,28 @@ TEST_CASE("memory_store: threads share one key exactly", "[limit]") {
   for (auto& th : threads) th.join();
   CHECK(admitted == 1000);
   CHECK(denied == 1000);
+}
+
+TEST_CASE("every algorithm: clock readings that arrive out of order admit no more than in order", "[limit]") {
+  // Each worker reads the clock before it waits for the store's lock, so a store sees
+  // readings up to a lock wait behind the newest. A flood of a request every ms for 5 s,
+  // every third reading 15 ms late, against the same flood in order.
+  const std::vector<cfg::limit_config> limits = {
+      windowed(cfg::algorithm::fixed_window, 100, 1000),   windowed(cfg::algorithm::sliding_log, 100, 1000),
+      windowed(cfg::algorithm::sliding_window, 100, 1000), rated(cfg::algorithm::token_bucket, 100, 1000, 10),
+      rated(cfg::algorithm::gcra, 100, 1000, 10),
+  };
+  for (const auto& c : limits) {
+    auto flood = [&](std::int64_t late) {
+      key_state s;
+      int admitted = 0;
+      for (std::int64_t t = 0; t < 5000; ++t) admitted += eval(c, s, t % 3 == 2 ? t - late : t).allowed ? 1 : 0;
+      return admitted;
+    };
+    const int in_order = flood(0), out_of_order = flood(15);
+    INFO("algorithm " << static_cast<int>(c.algo) << ": " << out_of_order << " out of order, " << in_order << " in order");
+    CHECK(out_of_order <= in_order);
+  }
 }
 
 // ---------------------------------------------------------------- keys
