@@ -17,6 +17,7 @@
 
 #include "admin/access.hpp"
 #include "admin/routes.hpp"
+#include "obs/logging.hpp"
 
 namespace fg::admin {
 
@@ -95,16 +96,7 @@ boost::system::error_code listener::listen(const config::endpoint& ep) {
 
 void listener::start() {
   asio::co_spawn(ioc_, accept_loop(), logged("admin: accept loop ended", spdlog::level::err));
-  thread_ = std::thread([this] {
-    for (;;) {
-      try {
-        ioc_.run();
-        break;
-      } catch (const std::exception& e) {
-        spdlog::error("admin: {}", e.what());
-      }
-    }
-  });
+  thread_ = std::thread([this] { obs::run_logged(ioc_, "admin"); });
 }
 
 void listener::stop() {

@@ -28,6 +28,7 @@
 #include "limit/memory_store.hpp"
 #include "fg_version.hpp"
 #include "obs/access_log.hpp"
+#include "obs/logging.hpp"
 
 namespace fg::app {
 
@@ -158,16 +159,7 @@ void server::open_when_ready(asio::io_context& main_ioc, tcp::acceptor& listener
 
 void server::start_reload_thread() {
   reload_work_.emplace(reload_ioc_.get_executor());
-  reload_thread_ = std::thread([this] {
-    for (;;) {
-      try {
-        reload_ioc_.run();
-        break;
-      } catch (const std::exception& e) {
-        spdlog::error("reload: {}", e.what());
-      }
-    }
-  });
+  reload_thread_ = std::thread([this] { obs::run_logged(reload_ioc_, "reload"); });
 }
 
 void server::stop_reload_thread() {

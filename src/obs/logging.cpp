@@ -1,9 +1,22 @@
 #include "obs/logging.hpp"
 
+#include <boost/asio/io_context.hpp>
+
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 namespace fg::obs {
+
+void run_logged(boost::asio::io_context& ioc, const char* what) {
+  for (;;) {
+    try {
+      ioc.run();
+      return;
+    } catch (const std::exception& e) {
+      spdlog::error("{}: {}", what, e.what());
+    }
+  }
+}
 
 void init_logging(const std::string& level) {
   auto logger = spdlog::stderr_color_mt("floodgate");

@@ -7,10 +7,19 @@
 #include <string_view>
 #include <unordered_map>
 
+namespace boost::asio {
+class io_context;
+}
+
 namespace fg::obs {
 
 // Sets up the process logger (stderr) at the given level: trace|debug|info|warn|error.
 void init_logging(const std::string& level);
+
+// Runs `ioc` on this thread until it runs out of work. An exception out of a handler
+// is logged as "<what>: <message>" and the loop goes on: one handler that throws does
+// not end the thread that serves the others.
+void run_logged(boost::asio::io_context& ioc, const char* what);
 
 // Rate-limits error lines: one line per cause per `every`, with a count of what was
 // not logged in between, never a line per request. Causes are told apart by their
