@@ -543,6 +543,22 @@ class Load:
         return self.statuses
 
 
+def per_client_route(extra=""):
+    """Route `r` on every path, limited to 5 a minute per X-Client header (the client
+    client_statuses names); `extra`: more keys of the route, each line indented 4."""
+    return f"""  - name: r
+    match:
+      path_prefix: /
+    upstream: api
+{extra}    limits:
+      - name: per-client
+        algorithm: fixed_window
+        key: "header:X-Client"
+        limit: 5
+        window: 1m
+"""
+
+
 def client_statuses(g, name, n, path="/limited", header="X-Client"):
     """The statuses of `n` requests as client `name` (in `header`) over one connection."""
     out = []

@@ -9,21 +9,11 @@ import time
 
 import pytest
 
-from conftest import BIN, Thread, free_port, read_response, wait_until
+from conftest import BIN, Thread, free_port, per_client_route, read_response, wait_until
 from test_admin import ADMIN_POST_HEADER
 
 TOKEN = "f1oodgate-test-token-0123456789abcdef"
-LIMITED = """  - name: r
-    match:
-      path_prefix: /
-    upstream: api
-    limits:
-      - name: per-client
-        algorithm: fixed_window
-        key: "header:X-Client"
-        limit: 5
-        window: 1m
-"""
+LIMITED = per_client_route()
 
 
 def start_admin(gateway_factory, listen_host, more="", routes=None):

@@ -9,23 +9,12 @@ import time
 
 import pytest
 
-from conftest import BIN, SANITIZED, STARTUP_NOW, get, wait_until
+from conftest import BIN, SANITIZED, STARTUP_NOW, get, per_client_route, wait_until
 from fake_redis import FakeRedis, array, bulk, integer, slots_of
 from test_admin import ADMIN_HOST, ADMIN_POST_HEADER, admin_get, admin_request, with_admin
 from test_metrics import scrape, value
 
-LIMITED = """  - name: r
-    match:
-      path_prefix: /
-    upstream: api
-    on_store_error: allow
-    limits:
-      - name: per-client
-        algorithm: fixed_window
-        key: "header:X-Client"
-        limit: 5
-        window: 1m
-"""
+LIMITED = per_client_route("    on_store_error: allow\n")
 
 # What each refusal must say (floodgate --check prints it; the log says it on a reload).
 BAD_FILES = {

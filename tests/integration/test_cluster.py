@@ -245,6 +245,29 @@ def owner_port(cluster, key):
     return int(answer.rsplit(":", 1)[1]) if answer.startswith("MOVED") else port
 
 
+def begin_slot_move(cluster, key, target=None):
+    """Puts `key`'s slot into IMPORTING on `target` (a (port, id) pair; by default
+    another master) and MIGRATING on its owner, by hand, as a reshard begins a slot's
+    move; the owner then answers ASK for the key, which no node holds yet. Returns
+    (slot, owner's port, target's port, target's id)."""
+    at = slot(cluster, key)
+    source = owner_port(cluster, key)
+    ids = {n.port: n.id for n in cluster.nodes()}
+    port, node_id = target or next((m.port, ids[m.port]) for m in cluster.masters() if m.port != source)
+    assert cluster.cli(port, "cluster", "setslot", at, "importing", ids[source]) == "OK"
+    assert cluster.cli(source, "cluster", "setslot", at, "migrating", node_id) == "OK"
+    asked = cluster.cli(source, "get", key)
+    assert asked == f"ASK {at} 127.0.0.1:{port}", asked
+    return at, source, port, node_id
+
+
+def end_slot_move(cluster, at, source, port, node_id):
+    """Ends the move as a reshard ends it: the slot is the target's, told to the target
+    first, then to its old owner, then to the other masters."""
+    for p in [port, source] + [m.port for m in cluster.masters() if m.port not in (source, port)]:
+        assert cluster.cli(p, "cluster", "setslot", at, "node", node_id) == "OK"
+
+
 def test_an_ask_redirection_is_followed_to_the_importing_node(gateway_factory, own_cluster):
     """A slot put into MIGRATING (on its owner) and IMPORTING (on another master) by hand,
     as a reshard begins a slot's move: a key the owner does not hold is answered -ASK,
@@ -254,17 +277,10 @@ def test_an_ask_redirection_is_followed_to_the_importing_node(gateway_factory, o
     g = start(gateway_factory, cluster, PER_CLIENT, on_error="deny")
     name = "asked"
     key = f"fgtest:{{r:{name}}}:l"
-    at = slot(cluster, key)
-    source = owner_port(cluster, key)
-    ids = {n.port: n.id for n in cluster.nodes()}
-    target = next(m.port for m in cluster.masters() if m.port != source)
-    assert cluster.cli(target, "cluster", "setslot", at, "importing", ids[source]) == "OK"
-    assert cluster.cli(source, "cluster", "setslot", at, "migrating", ids[target]) == "OK"
     # The key is on no node yet: the source answers ASK for it (it would answer for a
     # key it holds), and MOVED is not in play: the slot's owner is unchanged.
+    at, source, target, target_id = begin_slot_move(cluster, key)
     assert keys(cluster, source, key) == [] and keys(cluster, target, key) == []
-    asked = cluster.cli(source, "get", key)
-    assert asked == f"ASK {at} 127.0.0.1:{target}", asked
     before, errors_before = events(g), store_errors(g)
     assert client(g, name, 6) == [200] * 5 + [429]
     after = events(g)
@@ -275,10 +291,8 @@ def test_an_ask_redirection_is_followed_to_the_importing_node(gateway_factory, o
     assert after["moved"] == before["moved"], (before, after)
     assert store_errors(g) == errors_before
     record(f"ask: {before} -> {after}")
-    # The move ends as a reshard ends it (the importing node first): the count the ASKed
-    # calls wrote is the one the client has from now on.
-    for port in [target, source] + [m.port for m in cluster.masters() if m.port not in (source, target)]:
-        assert cluster.cli(port, "cluster", "setslot", at, "node", ids[target]) == "OK"
+    # The move ends: the count the ASKed calls wrote is the one the client has from now on.
+    end_slot_move(cluster, at, source, target, target_id)
     assert client(g, name, 1) == [429]
 
 
@@ -306,12 +320,7 @@ def test_an_ask_to_a_master_that_serves_no_slot_yet_is_followed(gateway_factory,
     g = start(gateway_factory, cluster, PER_CLIENT, on_error="deny")
     name = "to-new"
     key = f"fgtest:{{r:{name}}}:l"
-    at = slot(cluster, key)
-    source = owner_port(cluster, key)
-    ids = {n.port: n.id for n in cluster.nodes()}
-    assert cluster.cli(new.port, "cluster", "setslot", at, "importing", ids[source]) == "OK"
-    assert cluster.cli(source, "cluster", "setslot", at, "migrating", new_id) == "OK"
-    assert cluster.cli(source, "get", key) == f"ASK {at} 127.0.0.1:{new.port}"
+    at, source, _, _ = begin_slot_move(cluster, key, target=(new.port, new_id))
     before, errors_before = events(g), store_errors(g)
     assert client(g, name, 6) == [200] * 5 + [429]
     after = events(g)
@@ -322,8 +331,7 @@ def test_an_ask_to_a_master_that_serves_no_slot_yet_is_followed(gateway_factory,
     # followed the ASK at once
     assert after["foreign_redirect"] - before["foreign_redirect"] >= 1, (before, after)
     record(f"ask to an empty master: {before} -> {after}")
-    for port in [new.port, source] + [m.port for m in cluster.masters() if m.port not in (source, new.port)]:
-        cluster.cli(port, "cluster", "setslot", at, "node", new_id)
+    end_slot_move(cluster, at, source, new.port, new_id)
 
 
 def test_resharding_under_load(gateway_factory, own_cluster):
