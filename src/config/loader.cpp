@@ -211,11 +211,7 @@ class loader {
       r_.error(node, "upstreams must be a mapping of name to upstream");
       return;
     }
-    if (node.size() > caps::upstreams) {
-      r_.error(node, "a configuration has at most " + std::to_string(caps::upstreams) + " upstreams, this one has " +
-                         std::to_string(node.size()));
-      return;
-    }
+    if (!r_.within(node, caps::upstreams, "a configuration", "upstreams")) return;
     for (auto it = node.begin(); it != node.end(); ++it) {
       upstream_config u;
       u.name = it->first.Scalar();

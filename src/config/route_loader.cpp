@@ -16,11 +16,7 @@ void route_loader::routes(const YAML::Node& node, config& c) {
     return;
   }
   if (node.size() == 0) r_.error(node, "routes must not be empty");
-  if (node.size() > caps::routes) {
-    r_.error(node, "a configuration has at most " + std::to_string(caps::routes) + " routes, this one has " +
-                       std::to_string(node.size()));
-    return;
-  }
+  if (!r_.within(node, caps::routes, "a configuration", "routes")) return;
   std::set<std::string> names;
   std::size_t index = 0;
   for (const auto& rn : node) {
@@ -196,11 +192,7 @@ void route_loader::limits(const YAML::Node& node, route_config& rc) {
   }
   // Every limit of a route is checked in one script call, its answer unpacked on Lua's
   // bounded stack; no real route comes near this.
-  if (node.size() > caps::limits_per_route) {
-    r_.error(node, "a route has at most " + std::to_string(caps::limits_per_route) + " limits, this one has " +
-                       std::to_string(node.size()));
-    return;
-  }
+  if (!r_.within(node, caps::limits_per_route, "a route", "limits")) return;
   std::set<std::string> names;
   std::size_t index = 0;
   for (const auto& ln : node) {

@@ -229,12 +229,18 @@ std::optional<std::string> yaml_reader::one_of(const YAML::Node& n, const std::v
   return std::nullopt;
 }
 
+bool yaml_reader::within(const YAML::Node& n, std::size_t cap, std::string_view whole, std::string_view items) {
+  if (n.size() <= cap) return true;
+  error(n, std::string(whole) + " has at most " + std::to_string(cap) + " " + std::string(items) + ", this one has " +
+               std::to_string(n.size()));
+  return false;
+}
+
 std::vector<YAML::Node> yaml_reader::list(const YAML::Node& n, bool scalar_ok) {
   std::vector<YAML::Node> out;
-  if (n.IsSequence() && n.size() > caps::list_items) {
-    error(n, "a list has at most " + std::to_string(caps::list_items) + " items, this one has " + std::to_string(n.size()));
-  } else if (n.IsSequence()) {
-    for (const auto& item : n) out.push_back(item);
+  if (n.IsSequence()) {
+    if (within(n, caps::list_items, "a list", "items"))
+      for (const auto& item : n) out.push_back(item);
   } else if (scalar_ok && n.IsScalar()) {
     out.push_back(n);
   } else {

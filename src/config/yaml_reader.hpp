@@ -72,6 +72,9 @@ class yaml_reader {
   }
   // A sequence, or (when `scalar_ok`) a single scalar treated as a one-item list.
   std::vector<YAML::Node> list(const YAML::Node& n, bool scalar_ok);
+  // True if `n` has at most `cap` items; else "<whole> has at most <cap> <items>, this
+  // one has <size>" at `n`, and false.
+  bool within(const YAML::Node& n, std::size_t cap, std::string_view whole, std::string_view items);
 
   const std::string& file() const { return file_; }
 
