@@ -31,6 +31,8 @@ import threading
 import time
 from pathlib import Path
 
+from bench import free_port, wait_port
+
 ROOT = Path(__file__).resolve().parent.parent
 UPSTREAM = r"""
 import http.server, sys
@@ -43,23 +45,6 @@ class H(http.server.BaseHTTPRequestHandler):
 http.server.ThreadingHTTPServer.allow_reuse_address = True
 http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 """
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port, timeout=20):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"port {port}")
 
 
 def config_text(port, admin, up, redis, generation):
@@ -193,11 +178,11 @@ class Soak:
         self.redis_proc = subprocess.Popen(["redis-server", "--port", str(self.redis), "--bind", "127.0.0.1",
                                             "--save", "", "--appendonly", "no", "--dir", str(self.work)],
                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_port(self.redis)
+        wait_port(self.redis, 20)
 
     def start_upstream(self):
         self.up_proc = subprocess.Popen([sys.executable, "-c", UPSTREAM, str(self.up)])
-        wait_port(self.up)
+        wait_port(self.up, 20)
 
     def start_gateway(self):
         self.config = self.work / "floodgate.yaml"
@@ -216,6 +201,16 @@ class Soak:
         except Exception as e:  # noqa: BLE001 - a soak whose faults stopped fails
             self.stats.fail(f"the fault thread died: {e!r}")
 
+    def outage(self, fault, proc, seconds, start, count):
+        """Kills `proc` for `seconds`, then `start`s it again; the span is fault `fault`."""
+        self.faults.begin(fault)
+        proc.kill()
+        proc.wait()
+        time.sleep(seconds)
+        start()
+        self.faults.end(fault)
+        self.stats.add(count)
+
     def _faults(self):
         started = time.monotonic()
         next_reload, next_redis, next_up = started + 10, started + 120, started + 150
@@ -230,22 +225,10 @@ class Soak:
                 self.stats.add("reloads")
                 next_reload += 10
             if now >= next_redis:
-                self.faults.begin("redis_down")
-                self.redis_proc.kill()
-                self.redis_proc.wait()
-                time.sleep(2)
-                self.start_redis()
-                self.faults.end("redis_down")
-                self.stats.add("redis_restarts")
+                self.outage("redis_down", self.redis_proc, 2, self.start_redis, "redis_restarts")
                 next_redis += 120
             if now >= next_up:
-                self.faults.begin("upstream_down")
-                self.up_proc.kill()
-                self.up_proc.wait()
-                time.sleep(5)
-                self.start_upstream()
-                self.faults.end("upstream_down")
-                self.stats.add("upstream_restarts")
+                self.outage("upstream_down", self.up_proc, 5, self.start_upstream, "upstream_restarts")
                 next_up += 150
             time.sleep(0.2)
 
