@@ -4,7 +4,7 @@
 #   docker run --rm -p 8080:8080 -p 127.0.0.1:9901:9901 -e FG_UPSTREAM=host:port -e ADMIN_TOKEN floodgate
 # The image's config puts the admin listener on 0.0.0.0:9901 with admin.token
 # "${ADMIN_TOKEN}": without that variable the gateway refuses to start.
-# See the README, "Docker". tests/docker/test_image.sh builds and runs this file.
+# See docs/docker.md. tests/docker/test_image.sh builds and runs this file.
 
 # --- build: the same scripts as a checkout (scripts/deps.sh, scripts/build.sh) ---------
 FROM debian:bookworm AS build

@@ -24,13 +24,10 @@ sys.path.insert(0, str(ROOT / "tests" / "integration"))
 from conftest import BIN, Gateway, RedisServer, Upstream, free_port, read_response  # noqa: E402
 import socket  # noqa: E402
 
-# Histograms and a counter being added to /metrics now (issue 13): the dashboard may
-# use them before the binary documents them.
-COMING = set()  # metrics the dashboard may ask for before the binary has them
 # Shown only with redis.mode sentinel (tests/integration/test_sentinel.py checks it there).
 SENTINEL_ONLY = {"floodgate_redis_sentinel_events_total"}
 
-# What an operator exports before `docker compose up` (README, "Docker").
+# What an operator exports before `docker compose up` (docs/docker.md, "Compose").
 SHELL = {"REDIS_PASSWORD": "a-redis-password-from-the-test", "ADMIN_TOKEN": "an-admin-token-from-the-test-0123456789"}
 # The values a Secret's keys hold in the sidecar test (the Secret is the operator's).
 SECRET_VALUE = "a-value-from-the-secret-{key}"
@@ -218,7 +215,7 @@ def test_no_placeholder_secrets():
         text = path.read_text(errors="replace").lower()
         for word in ("change-me", "changeme", "change_me"):
             assert word not in text, f"{path.relative_to(ROOT)} has '{word}'"
-    # No Secret ships with a value: the operator creates it (README, "Docker").
+    # No Secret ships with a value: the operator creates it (docs/docker.md, "Kubernetes sidecar").
     assert not [d for d in sidecar_docs() if d["kind"] == "Secret"]
 
 
@@ -301,7 +298,7 @@ def test_compose(tmp_path):
     assert cfg["upstreams"]["api"]["address"].split(":")[0] in services
     # Redis wants the same password the gateway gets.
     assert compose_value(services["redis"]["environment"]["REDIS_PASSWORD"], SHELL) == env["REDIS_PASSWORD"]
-    # The README's classic rules: per IP, and per endpoint.
+    # The classic rules (docs/limits.md, "Limits on a route"): per IP, and per endpoint.
     limits = {l["key"] for r in cfg["routes"] for l in r.get("limits", [])}
     assert {"ip", "global"} <= limits
 
@@ -340,10 +337,10 @@ def test_sidecar(tmp_path):
     assert mount["mountPath"] == os.path.dirname(config_path)
 
     # The Redis password and the admin token from a Secret the documented command makes,
-    # in the manifest's comments and in the README alike.
+    # in the manifest's comments and in docs/docker.md alike.
     refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in fg["env"] if "valueFrom" in e}
     assert {"REDIS_PASSWORD", "ADMIN_TOKEN"} <= set(refs)
-    for where in (SIDECAR / "floodgate.yaml", ROOT / "README.md"):
+    for where in (SIDECAR / "floodgate.yaml", ROOT / "docs" / "docker.md"):
         name, keys = secret_command(where.read_text())
         assert {r["name"] for r in refs.values()} == {name}, f"{where.name}: the Secret is {name}, the pod uses {refs}"
         assert {r["key"] for r in refs.values()} <= keys, f"{where.name}: the command makes {keys}, the pod uses {refs}"
@@ -473,7 +470,7 @@ def test_grafana_dashboard_uses_only_real_metrics(tmp_path):
             if base != name and base in types:
                 assert types[base] == "histogram", f"{name}: {base} is a {types[base]}"
             used.add(base if base != name else name)
-    unknown = used - set(types) - COMING - SENTINEL_ONLY
+    unknown = used - set(types) - SENTINEL_ONLY
     assert not unknown, f"the dashboard asks for metrics /metrics does not have: {sorted(unknown)}"
     # Every documented family has a panel, so the dashboard keeps up with /metrics.
     assert not set(types) - used, f"metrics without a panel: {sorted(set(types) - used)}"

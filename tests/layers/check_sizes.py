@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Fails when a file under src/ is over 500 lines or a function defined in it is over
-80 (STYLE.md, "Names and files"). A function is counted from its first line to the
+80 (CONTRIBUTING.md, "Sizes"). A function is counted from its first line to the
 brace that closes it, at the indentation its definition starts with.
 Usage: check_sizes.py [SRC_DIR]"""
 import re
