@@ -13,7 +13,7 @@ namespace fg::admin {
 // route's limits, the keys a request with those attributes uses and what the store
 // holds for them (remaining, reset, whether the next request is denied), read through
 // `inspector` (null: 503) without consuming or writing anything. The configuration is
-// status.current_config() at each call. README, "Admin listener", shows an answer.
+// status.current_config() at each call. docs/operations.md shows an answer.
 boost::asio::awaitable<reply> limits(const status_source& status, limit::inspector* inspector,
                                      boost::urls::url_view url);
 

@@ -36,7 +36,7 @@ struct redis_link {
 };
 
 // One event loop on one thread: accepts on its own copy of the listening socket and
-// owns every connection it accepts, its upstream pool, and (later) its Redis client.
+// owns every connection it accepts, its upstream pool and its Redis link.
 class worker {
  public:
   worker(unsigned id, std::shared_ptr<const http::runtime> rt, std::shared_ptr<obs::access_log> access,

@@ -66,8 +66,8 @@ struct redis_config {
   std::string key_prefix = "floodgate:";
   // At the start, the proxy port opens once every worker's store is ready, or after this.
   duration startup_wait{5000};
-  // Sentinel mode: how many of the sentinels asked must name the same master (0 = a
-  // majority of redis.addresses).
+  // Sentinel mode: how many of the sentinels asked must name the same master (0: every
+  // sentinel that answers must name it).
   unsigned sentinel_quorum = 0;
   bool operator==(const redis_config&) const = default;
 };

@@ -29,7 +29,7 @@ struct request_parts {
 // On a Redis Cluster (`cluster`), the tag is the route and the identity only:
 //   <prefix>{<route>:<identity>}:<limit>
 // so that a route's limits on one identity share a slot (one atomic script call), and
-// per-client keys spread over every master (README, "Redis Cluster").
+// per-client keys spread over every master (docs/architecture.md, "Redis Cluster").
 std::optional<std::string> build_key(std::string_view prefix, std::string_view route, const config::limit_config& l,
                                      const request_parts& r, bool cluster = false);
 // The same into `out` (its capacity reused); false where the other returns nullopt.

@@ -9,17 +9,16 @@
 
 namespace fg::redis {
 
-// Where the connection goes. The one place that knows the deployment: standalone, or
-// Sentinel (ask the sentinels for the master, redis/sentinel.hpp); Redis Cluster (seed
-// nodes, then the slot map, MOVED/ASK) is to come behind the same seam.
+// Where one connection goes: standalone, or Sentinel (ask the sentinels for the master,
+// redis/sentinel.hpp). Redis Cluster is not a topology: redis::cluster_client
+// (redis/cluster.hpp) holds a connection per master, each on a standalone topology.
 class topology {
  public:
   virtual ~topology() = default;
-  // The addresses to connect to, best first (standalone: the configured one; later
-  // the sentinels' current master, or cluster seed nodes). Empty: nowhere to go.
+  // The addresses to connect to, best first (standalone: the configured one; Sentinel:
+  // the master the sentinels agree on). Empty: nowhere to go.
   virtual std::vector<config::endpoint> seeds() const = 0;
-  // The connection to `ep` failed or was lost (a sentinel topology asks again, a
-  // cluster one refreshes its slot map).
+  // The connection to `ep` failed or was lost (a sentinel topology asks again).
   virtual void on_lost(const config::endpoint& ep) = 0;
   // Whether a new connection must check with ROLE that it reached a master.
   virtual bool verify_role() const { return false; }
@@ -39,8 +38,7 @@ class standalone final : public topology {
   std::vector<config::endpoint> addresses_;
 };
 
-// The topology for `cfg`: sentinel, or standalone (cluster mode too, until it exists:
-// the first address).
+// The topology for `cfg`: sentinel, or standalone (the first of redis.addresses).
 std::unique_ptr<topology> make_topology(boost::asio::any_io_executor ex, const config::redis_config& cfg);
 
 }  // namespace fg::redis
