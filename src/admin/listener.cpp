@@ -45,18 +45,6 @@ http::response<http::string_body> make_response(reply r, bool head, bool keep_al
   return res;
 }
 
-// A coroutine's completion: an exception that ended it is logged with `what`.
-auto logged(const char* what, spdlog::level::level_enum level) {
-  return [what, level](std::exception_ptr e) {
-    if (!e) return;
-    try {
-      std::rethrow_exception(e);
-    } catch (const std::exception& ex) {
-      spdlog::log(level, "{}: {}", what, ex.what());
-    }
-  };
-}
-
 constexpr std::string_view admin_header_name = admin_header;
 
 reply error_reply(unsigned status, const char* message) {
@@ -95,7 +83,7 @@ boost::system::error_code listener::listen(const config::endpoint& ep) {
 }
 
 void listener::start() {
-  asio::co_spawn(ioc_, accept_loop(), logged("admin: accept loop ended", spdlog::level::err));
+  asio::co_spawn(ioc_, accept_loop(), obs::logged_end{"admin: accept loop ended"});
   thread_ = std::thread([this] { obs::run_logged(ioc_, "admin"); });
 }
 
@@ -169,7 +157,7 @@ asio::awaitable<void> listener::accept_loop() {
       continue;
     }
     // An exception ends one session, never the listener.
-    asio::co_spawn(ioc_, session(std::move(socket), std::move(peer)), logged("admin session", spdlog::level::warn));
+    asio::co_spawn(ioc_, session(std::move(socket), std::move(peer)), obs::logged_end{"admin session", false});
   }
 }
 

@@ -19,6 +19,7 @@
 
 #include "http/session.hpp"
 #include "obs/access_log.hpp"
+#include "obs/logging.hpp"
 
 namespace fg::app {
 
@@ -128,7 +129,7 @@ void worker::start(int listen_fd) {
     ep = ss.ss_family == AF_INET6 ? tcp::endpoint(tcp::v6(), 0) : tcp::endpoint(tcp::v4(), 0);
   }
   acceptor_ = std::make_unique<tcp::acceptor>(*ioc_, ep.protocol(), fd);
-  asio::co_spawn(*ioc_, sweep_deadlines(), asio::detached);
+  asio::co_spawn(*ioc_, sweep_deadlines(), obs::logged_end{"deadline sweeper ended"});
   if (limits_->redis) asio::post(*ioc_, [r = limits_->redis] { r.start(); });
   thread_ = std::thread([this] {
     for (;;) {
@@ -144,7 +145,7 @@ void worker::start(int listen_fd) {
 
 void worker::accept() {
   asio::post(*ioc_, [this] {
-    if (!ctx_.draining) asio::co_spawn(*ioc_, accept_loop(), asio::detached);
+    if (!ctx_.draining) asio::co_spawn(*ioc_, accept_loop(), obs::logged_end{"accept loop ended"});
   });
 }
 

@@ -12,6 +12,7 @@
 #include "http/responses.hpp"
 #include "limit/keys.hpp"
 #include "obs/access_log.hpp"
+#include "obs/logging.hpp"
 #include "obs/metrics.hpp"
 
 // Reading requests, local answers and the limits; the upstream exchange is exchange.cpp.
@@ -333,14 +334,7 @@ boost::asio::awaitable<void> serve(worker_context& ctx, tcp::socket socket, bool
 
 void spawn(worker_context& ctx, tcp::socket socket, bool resumed) {
   auto executor = socket.get_executor();
-  boost::asio::co_spawn(executor, serve(ctx, std::move(socket), resumed), [](std::exception_ptr e) {
-    if (!e) return;
-    try {
-      std::rethrow_exception(e);
-    } catch (const std::exception& ex) {
-      spdlog::error("session ended by exception: {}", ex.what());
-    }
-  });
+  boost::asio::co_spawn(executor, serve(ctx, std::move(socket), resumed), obs::logged_end{"session ended by exception"});
 }
 
 }  // namespace

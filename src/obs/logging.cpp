@@ -18,6 +18,15 @@ void run_logged(boost::asio::io_context& ioc, const char* what) {
   }
 }
 
+void logged_end::operator()(std::exception_ptr e) const {
+  if (!e) return;
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    spdlog::log(error ? spdlog::level::err : spdlog::level::warn, "{}: {}", what, ex.what());
+  }
+}
+
 void init_logging(const std::string& level) {
   auto logger = spdlog::stderr_color_mt("floodgate");
   logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e%z %^%l%$ %v");

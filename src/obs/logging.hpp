@@ -2,6 +2,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -20,6 +21,15 @@ void init_logging(const std::string& level);
 // is logged as "<what>: <message>" and the loop goes on: one handler that throws does
 // not end the thread that serves the others.
 void run_logged(boost::asio::io_context& ioc, const char* what);
+
+// A co_spawn completion: an exception that ended the coroutine is logged as "<what>:
+// <message>" at `warning` or, with `error`, at error level (asio::detached would drop
+// it without a word).
+struct logged_end {
+  const char* what;
+  bool error = true;
+  void operator()(std::exception_ptr e) const;
+};
 
 // Rate-limits error lines: one line per cause per `every`, with a count of what was
 // not logged in between, never a line per request. Causes are told apart by their

@@ -1,7 +1,6 @@
 #include "redis/sentinel.hpp"
 
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -10,6 +9,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "obs/logging.hpp"
 #include "redis/connection.hpp"
 
 namespace fg::redis {
@@ -76,7 +76,7 @@ struct sentinel::state : std::enable_shared_from_this<state> {
       return;
     }
     asking = true;
-    asio::co_spawn(ex, ask_all(shared_from_this()), asio::detached);
+    asio::co_spawn(ex, ask_all(shared_from_this()), obs::logged_end{"sentinel: asking the sentinels ended"});
   }
 
   static asio::awaitable<void> ask_all(std::shared_ptr<state> self) {

@@ -1,4 +1,14 @@
 #include <catch2/catch.hpp>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
 
 #include "obs/logging.hpp"
 
@@ -40,4 +50,28 @@ TEST_CASE("error log limiter: bounded; the oldest cause is forgotten first", "[o
   CHECK_FALSE(lim.due("a", t0 + 4s, n));
   CHECK(lim.due("b", t0 + 4s, n));  // its one unlogged line went with it
   CHECK(n == 0);
+}
+
+TEST_CASE("run_logged and logged_end: an exception out of a handler or a coroutine is a log line, not silence",
+          "[obs]") {
+  auto lines = std::make_shared<std::ostringstream>();
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(*lines);
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("test", sink));
+  boost::asio::io_context ioc;
+  bool after = false;
+  // A handler throws; the one after it still runs on the same loop.
+  boost::asio::post(ioc, [] { throw std::runtime_error("handler failed"); });
+  boost::asio::post(ioc, [&] { after = true; });
+  // A coroutine ends by an exception.
+  auto failing = []() -> boost::asio::awaitable<void> {
+    throw std::runtime_error("coroutine failed");
+    co_return;
+  };
+  boost::asio::co_spawn(ioc, failing(), fg::obs::logged_end{"accept loop ended"});
+  fg::obs::run_logged(ioc, "worker");
+  spdlog::set_default_logger(previous);
+  CHECK(after);
+  CHECK_THAT(lines->str(), Catch::Contains("worker: handler failed"));
+  CHECK_THAT(lines->str(), Catch::Contains("[error] accept loop ended: coroutine failed"));
 }
