@@ -6,6 +6,8 @@ threads raise so that the test can fail on it (check())."""
 import socket
 import threading
 
+from conftest import Reader
+
 
 def bulk(s):
     b = s.encode() if isinstance(s, str) else s
@@ -25,27 +27,8 @@ def slots_of(host, port, node_id="f" * 40):
     return array(array(integer(0), integer(16383), array(bulk(host), integer(port), bulk(node_id))))
 
 
-class _Reader:
-    def __init__(self, sock):
-        self.sock, self.buf = sock, b""
-
-    def _fill(self):
-        chunk = self.sock.recv(65536)
-        if not chunk:
-            raise EOFError
-        self.buf += chunk
-
-    def line(self):
-        while b"\r\n" not in self.buf:
-            self._fill()
-        line, self.buf = self.buf.split(b"\r\n", 1)
-        return line
-
-    def exact(self, n):
-        while len(self.buf) < n + 2:
-            self._fill()
-        out, self.buf = self.buf[:n], self.buf[n + 2:]
-        return out
+class _Reader(Reader):
+    """conftest's socket reader, reading RESP commands."""
 
     def command(self):
         head = self.line()
@@ -55,7 +38,7 @@ class _Reader:
         for _ in range(int(head[1:])):
             size = self.line()
             assert size.startswith(b"$"), size
-            args.append(self.exact(int(size[1:])).decode(errors="replace"))
+            args.append(self.exact(int(size[1:]) + 2)[:-2].decode(errors="replace"))  # (and its CRLF)
         return args
 
 
