@@ -127,7 +127,8 @@ def env(request, tmp_path_factory):
     if request.param == "redis":
         (d / "redis").mkdir()
         r = RedisServer(d / "redis")
-    g = start_gateway(d, u, request.param, redis=r.address if r else None)
+    # (a held /slow request outlasts every step of a test: under the response timeout)
+    g = start_gateway(d, u, request.param, redis=r.address if r else None, upstream_opts={"response_timeout": "20s"})
     yield Env(request.param, g, r)
     code = g.stop()
     u.stop()
@@ -219,10 +220,11 @@ def test_a_denied_client_shows_would_deny_with_the_retry_after_it_gets(env, algo
 
 def test_concurrency_shows_the_leases_in_use(env):
     ip = fresh_ip()
+    in_use = lambda: one(env.inspect(route="concurrency", ip=ip))["in_use"]  # noqa: E731
     held = []
     for _ in range(3):
         s = env.g.connect()
-        s.sendall(get("/slow?ms=3000", host="concurrency.test", extra=f"X-Forwarded-For: {ip}\r\n"))
+        s.sendall(get("/slow?ms=8000", host="concurrency.test", extra=f"X-Forwarded-For: {ip}\r\n"))
         held.append(s)
     try:
         deadline = time.monotonic() + 5
@@ -235,13 +237,13 @@ def test_concurrency_shows_the_leases_in_use(env):
         # the next real request takes a fourth lease: one left after it
         r = env.send("concurrency", ip)
         assert r.status == 200 and rate_remaining(r) == 1
+        # Its lease goes back just after its response is written (awaited): three held.
+        assert wait_until(lambda: in_use() == 3, 10), in_use()
         for _ in range(2):
             s = env.g.connect()
-            s.sendall(get("/slow?ms=3000", host="concurrency.test", extra=f"X-Forwarded-For: {ip}\r\n"))
+            s.sendall(get("/slow?ms=8000", host="concurrency.test", extra=f"X-Forwarded-For: {ip}\r\n"))
             held.append(s)
-        deadline = time.monotonic() + 5
-        while one(env.inspect(route="concurrency", ip=ip))["in_use"] < 5 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        assert wait_until(lambda: in_use() == 5, 10), in_use()
         a = env.inspect(route="concurrency", ip=ip)
         assert a["next_request"] == "denied" and one(a)["would_deny"] and one(a)["remaining"] == 0
         assert env.send("concurrency", ip).status == 429
@@ -251,7 +253,6 @@ def test_concurrency_shows_the_leases_in_use(env):
             s.close()
     # A lease goes back just after its response is written, so after the client has it:
     # awaited, well within the leases' 1-minute lifetime (released, not expired).
-    in_use = lambda: one(env.inspect(route="concurrency", ip=ip))["in_use"]  # noqa: E731
     assert wait_until(lambda: in_use() == 0, 10), in_use()
 
 

@@ -63,6 +63,11 @@ def test_requests_and_decisions_are_counted_exactly(gateway_factory):
     before, _ = scrape(g)
     assert send(g, "/limited", 5) == [200, 200, 200, 429, 429]
     assert send(g, "/other", 4) == [200] * 4
+    # A proxied response is counted once written, so the last one just after the client
+    # has it (from the admin's thread, before its worker has counted it): awaited.
+    rest = lambda: value(scrape(g)[0], "floodgate_requests_total", route="rest", code="2xx")  # noqa: E731
+    assert wait_until(lambda: rest() - value(before, "floodgate_requests_total", route="rest", code="2xx") == 4,
+                      10), rest()
     after, text = scrape(g)
 
     def moved(name, **labels):
@@ -200,8 +205,10 @@ def fnv1a64(data):
 def test_pooled_connections_and_the_config_hash(gateway_factory):
     g = with_admin(lambda extra: gateway_factory(extra=extra))
     assert send(g, "/anything", 3) == [200] * 3
+    # The requests went one after another over one pooled upstream connection, back in
+    # the pool just after the last response was written: awaited.
+    assert wait_until(lambda: value(scrape(g)[0], "floodgate_upstream_idle_connections") == 1, 10), scrape(g)[1]
     series, text = scrape(g)
-    # The requests went one after another over one pooled upstream connection.
     assert value(series, "floodgate_upstream_idle_connections") == 1, text
     assert value(series, "floodgate_config_info", hash=fnv1a64(g.config.read_bytes())) == 1, text
 
