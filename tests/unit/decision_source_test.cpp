@@ -29,6 +29,7 @@
 #include "limit/script.hpp"
 #include "limit/sources.hpp"
 #include "redis/connection.hpp"
+#include "limit_configs.hpp"
 
 namespace cfg = fg::config;
 namespace asio = boost::asio;
@@ -36,16 +37,9 @@ using fg::limit::limit_call;
 using fg::limit::status;
 using std::chrono::milliseconds;
 
-namespace {
+using fg::test::windowed;
 
-cfg::limit_config limit_of(cfg::algorithm algo, std::uint64_t n, std::int64_t window_ms, std::string name) {
-  cfg::limit_config c;
-  c.name = std::move(name);
-  c.algo = algo;
-  c.limit = n;
-  c.window = milliseconds(window_ms);
-  return c;
-}
+namespace {
 
 // A store that answers what the test says: denials of the limits named in `deny`
 // (retry `retry_ms`), or an error; counts what it is asked.
@@ -130,7 +124,7 @@ TEST_CASE("policy: a store error follows on_store_error (allow / deny / local) f
       fg::limit::policy p(remote, local, nullptr, 0);
       std::vector<std::string> errors;
       p.set_log({}, [&](const std::string& line) { errors.push_back(line); });
-      route_fixture f({limit_of(cfg::algorithm::fixed_window, 1, 1000, "tight")}, policy_kind);
+      route_fixture f({windowed(cfg::algorithm::fixed_window, 1, 1000, "tight")}, policy_kind);
       auto s = ask(p, f.call);
       INFO(cause.message());
       if (policy_kind == cfg::on_store_error::allow) {
@@ -160,7 +154,7 @@ TEST_CASE("policy: the store-error log says one line per cause per interval, wit
   fg::limit::policy p(remote, local, nullptr, 0);
   std::vector<std::string> errors;
   p.set_log({}, [&](const std::string& line) { errors.push_back(line); });
-  route_fixture f({limit_of(cfg::algorithm::fixed_window, 1, 1000, "a")});
+  route_fixture f({windowed(cfg::algorithm::fixed_window, 1, 1000, "a")});
   for (int i = 0; i < 50; ++i) {
     f.reset();
     CHECK(ask(p, f.call) == status::ok);
@@ -181,7 +175,7 @@ TEST_CASE("policy: a denial is cached until a round trip before it ends; the sto
   remote.retry_ms = 300;
   fg::limit::deny_cache denies;
   fg::limit::policy p(remote, local, &denies, 0);
-  route_fixture f({limit_of(cfg::algorithm::fixed_window, 1, 1000, "a")});
+  route_fixture f({windowed(cfg::algorithm::fixed_window, 1, 1000, "a")});
   CHECK(ask(p, f.call) == status::over_limit);
   CHECK(remote.starts == 1);
   f.reset();
@@ -200,10 +194,10 @@ TEST_CASE("policy: a denial shorter than the round trip is not cached; nor is a 
   fake_source remote, local;
   fg::limit::deny_cache denies;
   fg::limit::policy p(remote, local, &denies, 0);
-  auto shadow = limit_of(cfg::algorithm::fixed_window, 1, 1000, "s");
+  auto shadow = windowed(cfg::algorithm::fixed_window, 1, 1000, "s");
   shadow.shadow = true;
-  auto conc = limit_of(cfg::algorithm::concurrency, 1, 1000, "c");
-  route_fixture f({limit_of(cfg::algorithm::fixed_window, 1, 1000, "a"), shadow, conc});
+  auto conc = windowed(cfg::algorithm::concurrency, 1, 1000, "c");
+  route_fixture f({windowed(cfg::algorithm::fixed_window, 1, 1000, "a"), shadow, conc});
   remote.deny = {"a"};
   remote.retry_ms = 2;  // <= round trip (1) + 1 + 1
   CHECK(ask(p, f.call) == status::over_limit);
@@ -222,9 +216,9 @@ TEST_CASE("policy: a shadow limit's denial is logged, never enforced", "[limit][
   fg::limit::policy p(remote, local, nullptr, 0);
   std::vector<std::string> shadows;
   p.set_log([&](const std::string& line) { shadows.push_back(line); }, {});
-  auto s = limit_of(cfg::algorithm::fixed_window, 1, 1000, "soft");
+  auto s = windowed(cfg::algorithm::fixed_window, 1, 1000, "soft");
   s.shadow = true;
-  route_fixture f({s, limit_of(cfg::algorithm::fixed_window, 10, 1000, "hard")});
+  route_fixture f({s, windowed(cfg::algorithm::fixed_window, 10, 1000, "hard")});
   remote.deny = {"soft"};
   CHECK(ask(p, f.call) == status::ok);
   REQUIRE(shadows.size() == 1);
@@ -237,7 +231,7 @@ TEST_CASE("policy: a shadow limit's denial is logged, never enforced", "[limit][
 TEST_CASE("policy: no checks, no question; lease ids are unique and above the base", "[limit][policy]") {
   fake_source remote, local;
   fg::limit::policy p(remote, local, nullptr, 7ull << 48);
-  route_fixture f({limit_of(cfg::algorithm::fixed_window, 1, 1000, "a")});
+  route_fixture f({windowed(cfg::algorithm::fixed_window, 1, 1000, "a")});
   f.call.checks.clear();
   CHECK(p.start(f.call) == status::ok);
   CHECK(remote.starts == 0);
@@ -255,7 +249,7 @@ TEST_CASE("lease_guard: a request whose handling throws gives its concurrency le
   fg::limit::memory_store store;
   fg::limit::memory_source mem(store);
   fg::limit::policy p(mem, mem, nullptr, 0);
-  route_fixture f({limit_of(cfg::algorithm::concurrency, 1, 60000, "c")});
+  route_fixture f({windowed(cfg::algorithm::concurrency, 1, 60000, "c")});
   auto handle = [&] {
     fg::limit::lease_guard guard(f.call);
     f.reset();
@@ -329,7 +323,7 @@ TEST_CASE("lease_guard: a request whose handling throws gives its concurrency le
   fg::limit::memory_store store;
   fg::limit::memory_source mem(store);
   fg::limit::policy p(redis, mem, nullptr, 0);
-  route_fixture f({limit_of(cfg::algorithm::concurrency, 1, 60000, "c")}, cfg::on_store_error::deny);
+  route_fixture f({windowed(cfg::algorithm::concurrency, 1, 60000, "c")}, cfg::on_store_error::deny);
   f.call.checks[0].key = "fg-test:{c}";
   std::string thrown;
   long long held_inside = -1, held_after = -1;

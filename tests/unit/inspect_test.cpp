@@ -9,6 +9,7 @@
 #include "config/config.hpp"
 #include "limit/decision.hpp"
 #include "limit/memory_store.hpp"
+#include "limit_configs.hpp"
 
 namespace cfg = fg::config;
 using fg::limit::check;
@@ -16,26 +17,10 @@ using fg::limit::decision;
 using fg::limit::memory_store;
 using std::chrono::milliseconds;
 
+using fg::test::rated;
+using fg::test::windowed;
+
 namespace {
-
-cfg::limit_config windowed(cfg::algorithm algo, std::uint64_t limit, std::int64_t window_ms, std::string name) {
-  cfg::limit_config c;
-  c.name = std::move(name);
-  c.algo = algo;
-  c.limit = limit;
-  c.window = milliseconds(window_ms);
-  return c;
-}
-
-cfg::limit_config rated(cfg::algorithm algo, std::uint64_t count, std::int64_t per_ms, std::uint64_t burst,
-                        std::string name) {
-  cfg::limit_config c;
-  c.name = std::move(name);
-  c.algo = algo;
-  c.rate_ = {count, milliseconds(per_ms)};
-  c.burst = burst;
-  return c;
-}
 
 // One limit of each algorithm, quota 4 (limit or burst).
 std::vector<cfg::limit_config> every_algorithm() {

@@ -19,6 +19,7 @@
 #include "limit/memory_store.hpp"
 #include "limit/redis_store.hpp"
 #include "redis/connection.hpp"
+#include "limit_configs.hpp"
 
 #include <hiredis/hiredis.h>
 
@@ -28,26 +29,10 @@ using fg::limit::key_state;
 using fg::limit::memory_store;
 using std::chrono::milliseconds;
 
+using fg::test::rated;
+using fg::test::windowed;
+
 namespace {
-
-cfg::limit_config windowed(cfg::algorithm algo, std::uint64_t limit, std::int64_t window_ms, std::string name = "l") {
-  cfg::limit_config c;
-  c.name = std::move(name);
-  c.algo = algo;
-  c.limit = limit;
-  c.window = milliseconds(window_ms);
-  return c;
-}
-
-cfg::limit_config rated(cfg::algorithm algo, std::uint64_t count, std::int64_t per_ms, std::uint64_t burst,
-                        std::string name = "r") {
-  cfg::limit_config c;
-  c.name = std::move(name);
-  c.algo = algo;
-  c.rate_ = {count, milliseconds(per_ms)};
-  c.burst = burst;
-  return c;
-}
 
 decision eval(const cfg::limit_config& c, key_state& s, std::int64_t now, std::uint64_t cost = 1,
               std::uint64_t lease = 0) {
