@@ -165,7 +165,7 @@ namespace {
 struct fake_status final : fg::admin::status_source {
   cfg::snapshot cfg;
   cfg::snapshot current_config() const override { return cfg; }
-  fg::admin::readiness ready() const override { return {true, {}}; }
+  fg::admin::readiness ready() const override { return {true, {}, {}}; }
   std::string metrics() const override { return {}; }
   void reload(std::function<void(fg::admin::reload_outcome)> done) override { done({}); }
 };

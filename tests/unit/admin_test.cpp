@@ -63,7 +63,7 @@ cfg::snapshot load(const std::string& text) {
 
 struct fake_status final : fg::admin::status_source {
   cfg::snapshot cfg;
-  fg::admin::readiness state{true, {}};
+  fg::admin::readiness state{true, {}, {}};
   cfg::snapshot current_config() const override { return cfg; }
   fg::admin::readiness ready() const override { return state; }
   std::string metrics() const override { return "# TYPE x counter\nx 1\n"; }
@@ -100,7 +100,7 @@ TEST_CASE("admin: /healthz, /readyz and their failure", "[admin]") {
   CHECK(fg::admin::dispatch("GET", "/readyz?verbose=1", s).body ==
         R"({"status":"ready","checks":[{"name":"store","ok":false,"required":false,)"
         R"("detail":"redis unreachable on 1 of 4 workers"}]})");
-  s.state = {false, "redis unreachable on 1 of 4 workers"};
+  s.state = {false, "redis unreachable on 1 of 4 workers", {}};
   auto r = fg::admin::dispatch("HEAD", "/readyz", s);
   CHECK(r.status == 503);
   CHECK(json::parse(r.body) == json::parse(R"({"status":"not ready","reason":"redis unreachable on 1 of 4 workers"})"));
