@@ -25,6 +25,14 @@ FLOODGATE = os.environ.get("FLOODGATE_BIN", str(ROOT / "build" / "src" / "floodg
 SECONDS, ROUNDS = 3, 6  # per run, and rounds; main() takes them from the command line
 CONNECTIONS = [64, 256]
 CLIENT_CORE, SERVER_CORE = ("0", "1") if os.cpu_count() >= 2 else ("0", "0")
+# The /limited route of bench.py and cluster.py (an item of floodgate.yaml's `routes:`): a
+# per-IP Redis limit on the upstream `origin`, so high that no run reaches it.
+LIMITED_ROUTE = """  - name: limited
+    match: {path: /limited}
+    upstream: origin
+    limits:
+      - {name: per-ip, algorithm: fixed_window, key: ip, limit: 1000000000, window: 1h}
+"""
 
 
 def free_port():
@@ -89,12 +97,7 @@ upstreams:
     address: "127.0.0.1:{upstream_port}"
     max_idle: 1024
 routes:
-  - name: limited
-    match: {{path: /limited}}
-    upstream: origin
-    limits:
-      - {{name: per-ip, algorithm: fixed_window, key: ip, limit: 1000000000, window: 1h}}
-  - name: flood
+{LIMITED_ROUTE}  - name: flood
     match: {{path: /flood}}
     upstream: origin
     limits:

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import (CLIENT_CORE, FLOODGATE, SERVER_CORE, free_port, nginx, parse_ms,  # noqa: E402
-                   stop_all, wait_port)
+from bench import (CLIENT_CORE, FLOODGATE, LIMITED_ROUTE, SERVER_CORE, free_port, nginx,  # noqa: E402
+                   parse_ms, stop_all, wait_port)
 
 CONNS = 64
 PATHS = ["/limited", "/clients", "/two"]
@@ -62,12 +62,7 @@ redis:
 upstreams:
   origin: {{address: "127.0.0.1:{upstream_port}", max_idle: 1024}}
 routes:
-  - name: limited
-    match: {{path: /limited}}
-    upstream: origin
-    limits:
-      - {{name: per-ip, algorithm: fixed_window, key: ip, limit: 1000000000, window: 1h}}
-  - name: clients
+{LIMITED_ROUTE}  - name: clients
     match: {{path: /clients}}
     upstream: origin
     limits:

@@ -543,19 +543,33 @@ class Load:
         return self.statuses
 
 
-def per_client_route(extra=""):
-    """Route `r` on every path, limited to 5 a minute per X-Client header (the client
-    client_statuses names); `extra`: more keys of the route, each line indented 4."""
+def allowed_through_a_move(statuses, probes, before, now):
+    """Checks a Load's `statuses` through a move of the store's master, on a route that
+    allows on a store error: every request answered 200, and each one (and the `probes`
+    sent beside the load) counted, between the decision counts `before` and `now` (as
+    test_metrics.decisions gives them), as allowed or as a store error allowed; none let
+    through uncounted, none denied. Returns {outcome: how far its count moved}."""
+    assert statuses and set(statuses) <= {200}, {s: statuses.count(s) for s in set(statuses)}
+    moved = {k: now[k] - before[k] for k in now}
+    assert moved["allowed"] + moved["store_error_allowed"] == len(statuses) + probes, (moved, len(statuses), probes)
+    assert moved["denied"] == 0, moved
+    return moved
+
+
+def per_client_route(extra="", path_prefix="/", window="1m"):
+    """Route `r` on every path under `path_prefix`, limited to 5 a `window` per X-Client
+    header (the client client_statuses names); `extra`: more keys of the route, each line
+    indented 4."""
     return f"""  - name: r
     match:
-      path_prefix: /
+      path_prefix: {path_prefix}
     upstream: api
 {extra}    limits:
       - name: per-client
         algorithm: fixed_window
         key: "header:X-Client"
         limit: 5
-        window: 1m
+        window: {window}
 """
 
 
@@ -773,23 +787,24 @@ class RedisCluster:
             _kill(s)
 
 
+def _until_stopped(servers):
+    """A fixture's body: yields `servers` (a RedisCluster, a RedisSentinel), then stops them
+    however the test ended."""
+    try:
+        yield servers
+    finally:
+        servers.stop()
+
+
 @pytest.fixture(scope="module")
 def shared_cluster(tmp_path_factory):
     """One cluster for a module's tests that leave its nodes and slots as they found them."""
-    c = RedisCluster(tmp_path_factory.mktemp("cluster"))
-    try:
-        yield c
-    finally:
-        c.stop()
+    yield from _until_stopped(RedisCluster(tmp_path_factory.mktemp("cluster")))
 
 
 @pytest.fixture
 def redis_cluster(tmp_path):
-    c = RedisCluster(tmp_path / "cluster")
-    try:
-        yield c
-    finally:
-        c.stop()
+    yield from _until_stopped(RedisCluster(tmp_path / "cluster"))
 
 
 class SentinelProcess(SyncingRedisServer):
@@ -890,8 +905,4 @@ class RedisSentinel:
 
 @pytest.fixture
 def redis_sentinel(tmp_path):
-    s = RedisSentinel(tmp_path / "sentinel")
-    try:
-        yield s
-    finally:
-        s.stop()
+    yield from _until_stopped(RedisSentinel(tmp_path / "sentinel"))
