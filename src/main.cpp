@@ -3,7 +3,7 @@
 
 #include <iostream>
 
-#include "admin/health_check.hpp"
+#include "admin/health_check_client.hpp"
 #include "app/server.hpp"
 #include "config/loader.hpp"
 #include "fg_version.hpp"

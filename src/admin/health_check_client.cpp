@@ -1,4 +1,4 @@
-#include "admin/health_check.hpp"
+#include "admin/health_check_client.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -15,12 +15,12 @@
 #include <boost/url/parse.hpp>
 
 #include <iostream>
+#include "util/asio.hpp"
 
 namespace fg::admin {
 
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
+using util::use_tuple;
+
 using asio::ip::tcp;
 
 namespace {
@@ -58,7 +58,6 @@ boost::system::result<health_url, std::string> parse_health_url(std::string_view
 
 namespace {
 
-constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
 asio::awaitable<health_answer> get(const health_url& url, asio::steady_timer::time_point deadline) {
   auto ex = co_await asio::this_coro::executor;
@@ -70,17 +69,17 @@ asio::awaitable<health_answer> get(const health_url& url, asio::steady_timer::ti
   auto [cec, ep] = co_await stream.async_connect(endpoints, use_tuple);
   if (cec) co_return health_answer{false, "cannot connect to " + url.authority + ": " + cec.message()};
 
-  http::request<http::empty_body> req{http::verb::get, url.target, 11};
-  req.set(http::field::host, url.authority);
-  req.set(http::field::user_agent, "floodgate-health-check");
-  req.set(http::field::connection, "close");
-  auto [wec, wn] = co_await http::async_write(stream, req, use_tuple);
+  bhttp::request<bhttp::empty_body> req{bhttp::verb::get, url.target, 11};
+  req.set(bhttp::field::host, url.authority);
+  req.set(bhttp::field::user_agent, "floodgate-health-check");
+  req.set(bhttp::field::connection, "close");
+  auto [wec, wn] = co_await bhttp::async_write(stream, req, use_tuple);
   if (wec) co_return health_answer{false, "cannot send the request: " + wec.message()};
 
   beast::flat_buffer buf;
-  http::response_parser<http::string_body> parser;
+  bhttp::response_parser<bhttp::string_body> parser;
   parser.body_limit(64 * 1024);
-  auto [ec, rn] = co_await http::async_read(stream, buf, parser, use_tuple);
+  auto [ec, rn] = co_await bhttp::async_read(stream, buf, parser, use_tuple);
   // A 503 whose body did not arrive whole is still a 503.
   if (ec && !parser.is_header_done()) co_return health_answer{false, "no HTTP answer: " + ec.message()};
   const auto& res = parser.get();

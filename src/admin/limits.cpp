@@ -8,8 +8,8 @@
 
 #include "admin/config_json.hpp"
 #include "admin/limits_query.hpp"
-#include "limit/headers.hpp"
-#include "limit/inspector.hpp"
+#include "limit/rate_headers.hpp"
+#include "store/inspector.hpp"
 #include "limit/keys.hpp"
 #include "util/text.hpp"
 
@@ -152,7 +152,7 @@ const config::limit_config* keyed_on_ip(const config::route_config& r) {
 
 }  // namespace
 
-boost::asio::awaitable<reply> limits(const status_source& status, limit::inspector* inspector,
+boost::asio::awaitable<reply> limits(const status_source& status, store::inspector* inspector,
                                      boost::urls::url_view url) {
   limits_query q;
   if (auto bad = parse_limits_query(url, q)) co_return *bad;

@@ -5,7 +5,7 @@
 #include "admin/routes.hpp"
 #include "admin/status.hpp"
 
-namespace fg::limit { class inspector; }
+namespace fg::store { class inspector; }
 
 namespace fg::admin {
 
@@ -14,7 +14,7 @@ namespace fg::admin {
 // holds for them (remaining, reset, whether the next request is denied), read through
 // `inspector` (null: 503) without consuming or writing anything. The configuration is
 // status.current_config() at each call. docs/operations.md shows an answer.
-boost::asio::awaitable<reply> limits(const status_source& status, limit::inspector* inspector,
+boost::asio::awaitable<reply> limits(const status_source& status, store::inspector* inspector,
                                      boost::urls::url_view url);
 
 }  // namespace fg::admin

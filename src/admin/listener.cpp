@@ -18,25 +18,24 @@
 #include "admin/access.hpp"
 #include "admin/routes.hpp"
 #include "obs/logging.hpp"
+#include "util/asio.hpp"
 
 namespace fg::admin {
 
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
+using util::use_tuple;
+
 using asio::ip::tcp;
 
 namespace {
 
-constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
-http::response<http::string_body> make_response(reply r, bool head, bool keep_alive) {
-  http::response<http::string_body> res{static_cast<http::status>(r.status), 11};
-  res.set(http::field::content_type, r.content_type);
-  res.set(http::field::cache_control, "no-store");
-  if (!r.allow.empty()) res.set(http::field::allow, r.allow);
-  if (!r.www_authenticate.empty()) res.set(http::field::www_authenticate, r.www_authenticate);
-  if (r.retry_after) res.set(http::field::retry_after, std::to_string(r.retry_after));
+bhttp::response<bhttp::string_body> make_response(reply r, bool head, bool keep_alive) {
+  bhttp::response<bhttp::string_body> res{static_cast<bhttp::status>(r.status), 11};
+  res.set(bhttp::field::content_type, r.content_type);
+  res.set(bhttp::field::cache_control, "no-store");
+  if (!r.allow.empty()) res.set(bhttp::field::allow, r.allow);
+  if (!r.www_authenticate.empty()) res.set(bhttp::field::www_authenticate, r.www_authenticate);
+  if (r.retry_after) res.set(bhttp::field::retry_after, std::to_string(r.retry_after));
   res.keep_alive(keep_alive);
   res.body() = std::move(r.body);
   res.prepare_payload();
@@ -52,10 +51,10 @@ reply error_reply(unsigned status, const char* message) {
 }
 
 // Writes one response; false when the connection is to end (write failed or not kept).
-asio::awaitable<bool> send(beast::tcp_stream& stream, http::response<http::string_body> res,
+asio::awaitable<bool> send(beast::tcp_stream& stream, bhttp::response<bhttp::string_body> res,
                            std::chrono::milliseconds timeout) {
   stream.expires_after(timeout);
-  auto [ec, n] = co_await http::async_write(stream, res, use_tuple);
+  auto [ec, n] = co_await bhttp::async_write(stream, res, use_tuple);
   co_return !ec && res.keep_alive();
 }
 
@@ -161,7 +160,7 @@ asio::awaitable<void> listener::accept_loop() {
   }
 }
 
-asio::awaitable<reply> listener::answer(const http::request<http::empty_body>& req, const std::string& peer) {
+asio::awaitable<reply> listener::answer(const bhttp::request<bhttp::empty_body>& req, const std::string& peer) {
   const auto target = req.target();
   auto url = boost::urls::parse_origin_form(target);
   const auto cfg = status_.current_config();
@@ -173,15 +172,15 @@ asio::awaitable<reply> listener::answer(const http::request<http::empty_body>& r
     if (it == req.end()) return std::nullopt;
     return it->value();
   };
-  facts.host = field(http::field::host);
-  facts.authorization = field(http::field::authorization);
-  facts.has_origin = req.find(http::field::origin) != req.end();
+  facts.host = field(bhttp::field::host);
+  facts.authorization = field(bhttp::field::authorization);
+  facts.has_origin = req.find(bhttp::field::origin) != req.end();
   auto admin_header = field(admin_header_name);
   facts.has_admin_header = admin_header && !admin_header->empty();
   if (cfg && url) {
     if (auto refused = refuse(facts, cfg->admin)) co_return std::move(*refused);
     // A /limits call is a store read per limit: bounded so that it cannot load the store.
-    if (facts.path == "/limits" && (req.method() == http::verb::get || req.method() == http::verb::head) &&
+    if (facts.path == "/limits" && (req.method() == bhttp::verb::get || req.method() == bhttp::verb::head) &&
         !limits_budget_.take(peer, std::chrono::steady_clock::now(), cfg->admin)) {
       reply busy{429, "{\"error\":\"too many /limits calls (admin.limits_rate, admin.limits_rate_per_peer)\"}",
                  "application/json", {}};
@@ -216,18 +215,18 @@ asio::awaitable<void> listener::session(tcp::socket socket, std::string peer) {
       buffer.commit(n);
     }
     now_in(false, true);
-    http::request_parser<http::empty_body> parser;
+    bhttp::request_parser<bhttp::empty_body> parser;
     parser.header_limit(static_cast<std::uint32_t>(limits_.max_head_bytes));
     // (the first request's time counts from the connection)
     if (!first) stream.expires_after(limits_.read_timeout);
-    auto [ec, n] = co_await http::async_read_header(stream, buffer, parser, use_tuple);
+    auto [ec, n] = co_await bhttp::async_read_header(stream, buffer, parser, use_tuple);
     if (reg.it->gone) break;
-    if (ec == http::error::header_limit) {
+    if (ec == bhttp::error::header_limit) {
       auto res = make_response(error_reply(431, "request header fields too large"), false, false);
       co_await send(stream, std::move(res), limits_.read_timeout);
       break;
     }
-    if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::eof ||
+    if (ec == bhttp::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::eof ||
         ec == asio::error::connection_reset || ec == asio::error::operation_aborted)
       break;
     if (ec) {
@@ -236,7 +235,7 @@ asio::awaitable<void> listener::session(tcp::socket socket, std::string peer) {
       break;
     }
     const auto& req = parser.get();
-    const bool head = req.method() == http::verb::head;
+    const bool head = req.method() == bhttp::verb::head;
     // No admin request has a body: refused before it is read, and the connection closed.
     if (parser.chunked() || parser.content_length().value_or(0) > 0) {
       auto res = make_response(error_reply(413, "request bodies are not accepted"), head, false);

@@ -20,7 +20,7 @@
 #include "admin/routes.hpp"
 #include "admin/status.hpp"
 #include "config/config.hpp"
-#include "limit/inspector.hpp"
+#include "store/inspector.hpp"
 
 namespace fg::admin {
 
@@ -50,7 +50,7 @@ class listener {
   // The admin's io_context, for what serves on its thread (the inspector's connection).
   boost::asio::any_io_executor executor() { return ioc_.get_executor(); }
   // What /limits reads the store through (before start(); without one it answers 503).
-  void set_inspector(std::unique_ptr<limit::inspector> inspector) { inspector_ = std::move(inspector); }
+  void set_inspector(std::unique_ptr<store::inspector> inspector) { inspector_ = std::move(inspector); }
   // Serves on a thread of its own.
   void start();
   // Thread-safe. Stops serving and closes every admin connection; joins the thread.
@@ -98,7 +98,7 @@ class listener {
   boost::asio::io_context ioc_;
   boost::asio::ip::tcp::acceptor acceptor_;
   // Its connection lives on ioc_: destroyed before it, after the thread is joined.
-  std::unique_ptr<limit::inspector> inspector_;
+  std::unique_ptr<store::inspector> inspector_;
   std::thread thread_;
 };
 

@@ -10,6 +10,7 @@
 
 #include "admin/config_json.hpp"
 #include "admin/limits.hpp"
+#include "util/asio.hpp"
 
 namespace fg::admin {
 
@@ -19,7 +20,6 @@ namespace {
 
 reply json_reply(unsigned status, const json::object& o) { return {status, json::serialize(o), "application/json", {}}; }
 
-namespace asio = boost::asio;
 using boost::urls::url_view;
 
 reply healthz(status_source&, url_view) { return json_reply(200, {{"status", "alive"}}); }

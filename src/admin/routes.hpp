@@ -6,7 +6,7 @@
 
 #include "admin/status.hpp"
 
-namespace fg::limit { class inspector; }
+namespace fg::store { class inspector; }
 
 namespace fg::admin {
 
@@ -30,7 +30,7 @@ reply dispatch(std::string_view method, std::string_view target, status_source& 
 
 // What the asynchronous paths (/limits) use besides the status source.
 struct services {
-  limit::inspector* inspector = nullptr;  // null: /limits answers 503
+  store::inspector* inspector = nullptr;  // null: /limits answers 503
 };
 
 // Every path, the asynchronous ones awaited (on the admin's io_context); dispatch()

@@ -21,29 +21,29 @@
 #include "config/loader.hpp"
 #include "config/source_file.hpp"
 #include "util/text.hpp"
-#include "limit/inspector.hpp"
-#include "limit/cluster_batcher.hpp"
+#include "store/inspector.hpp"
+#include "store/cluster_batcher.hpp"
 #include "redis/cluster.hpp"
 #include "redis/sentinel.hpp"
-#include "limit/memory_store.hpp"
+#include "store/memory_store.hpp"
 #include "fg_version.hpp"
 #include "obs/access_log.hpp"
 #include "obs/logging.hpp"
+#include "util/asio.hpp"
 
 namespace fg::app {
 
-namespace asio = boost::asio;
 using asio::ip::tcp;
 
 server::server(std::string path, std::shared_ptr<config::config> cfg) : path_(std::move(path)) {
   layout_.assign(*cfg);
   last_text_hash_ = cfg->hash;
-  rt_ = http::runtime::build(std::move(cfg));
+  rt_ = http::compiled_config::build(std::move(cfg));
 }
 
 server::~server() { stop_reload_thread(); }
 
-std::shared_ptr<const http::runtime> server::current() const {
+std::shared_ptr<const http::compiled_config> server::current() const {
   std::lock_guard lock(mu_);
   return rt_;
 }
@@ -101,7 +101,7 @@ void server::start_workers(int listen_fd) {
   const auto& cfg = *rt_->cfg;
   unsigned n = cfg.workers ? cfg.workers : std::max(1u, std::thread::hardware_concurrency());
   access_ = obs::access_log::open(cfg.log);
-  memory_ = std::make_unique<limit::memory_store>(cfg.memory.max_keys);
+  memory_ = std::make_unique<store::memory_store>(cfg.memory.max_keys);
   connections_.max = max_connections(cfg, n);
   for (unsigned i = 0; i < n; ++i)
     workers_.push_back(std::make_unique<worker>(i, rt_, access_, memory_.get(), &connections_));
@@ -197,7 +197,7 @@ int server::run() {
   if (admin_listener) {
     // /limits reads the store on the admin's own thread and connection.
     admin_listener->set_inspector(
-        std::make_unique<limit::store_inspector>(admin_listener->executor(), *memory_, cfg));
+        std::make_unique<store::store_inspector>(admin_listener->executor(), *memory_, cfg));
     admin_listener->start();
     spdlog::info("admin listening on {}", cfg.admin.listen->str());
   }
@@ -328,7 +328,7 @@ admin::reload_outcome server::reload(std::string_view why) {
   layout_.assign(*next);
   if (next->log.level != was->cfg->log.level) spdlog::set_level(spdlog::level::from_str(next->log.level));
   auto access = next->log == was->cfg->log ? access_ : obs::access_log::open(next->log);
-  auto rt = http::runtime::build(next);
+  auto rt = http::compiled_config::build(next);
   if (workers_running_) {
     // Every worker takes it before the answer: a request sent after it sees the new one.
     struct acks {

@@ -15,7 +15,7 @@
 
 #include "admin/status.hpp"
 #include "app/worker.hpp"
-#include "http/runtime.hpp"
+#include "http/compiled_config.hpp"
 #include "obs/metrics.hpp"
 
 namespace fg::app {
@@ -63,7 +63,7 @@ class server final : public admin::status_source {
   void open_when_ready(boost::asio::io_context& main_ioc, boost::asio::ip::tcp::acceptor& listener,
                        std::function<void(bool)> opened);
   bool stores_ready() const;
-  std::shared_ptr<const http::runtime> current() const;
+  std::shared_ptr<const http::compiled_config> current() const;
   // listen, workers, admin.listen, memory.max_keys and http.max_connections stay as
   // they are until a restart: logged, and kept in `next`.
   std::vector<std::string> keep_restart_only(config::config& next, const config::config& was) const;
@@ -73,12 +73,12 @@ class server final : public admin::status_source {
   const std::string path_;
   mutable std::mutex mu_;  // rt_ and access_ (read by the admin thread); one reload at a time
   std::mutex reload_mu_;
-  std::shared_ptr<const http::runtime> rt_;
+  std::shared_ptr<const http::compiled_config> rt_;
   std::shared_ptr<obs::access_log> access_;
   std::string last_text_hash_;  // of the text last loaded or tried (reload_mu_)
   obs::metrics_layout layout_;  // reload_mu_
   std::atomic<std::uint64_t> reloads_ok_{0}, reloads_failed_{0};
-  std::unique_ptr<limit::memory_store> memory_;
+  std::unique_ptr<store::memory_store> memory_;
   http::connection_limit connections_;
   std::vector<std::unique_ptr<worker>> workers_;
   std::atomic<bool> workers_running_{false};

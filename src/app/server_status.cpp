@@ -4,7 +4,7 @@
 
 #include "app/server.hpp"
 #include "fg_version.hpp"
-#include "limit/cluster_batcher.hpp"
+#include "store/cluster_batcher.hpp"
 #include "redis/cluster.hpp"
 #include "redis/sentinel.hpp"
 
@@ -111,8 +111,8 @@ std::string server::metrics() const {
                         {"refresh", read(ev::refreshes)},     {"refresh_failed", read(ev::refresh_failed)},
                         {"try_again", read(ev::try_again)},   {"cluster_down", read(ev::cluster_down)},
                         {"foreign_redirect", read(ev::foreign_redirect)},
-                        {"refund", read(limit::cluster_batcher::refunds)},
-                        {"split", read(limit::cluster_batcher::splits)}};
+                        {"refund", read(store::cluster_batcher::refunds)},
+                        {"split", read(store::cluster_batcher::splits)}};
     g.cluster_nodes = cluster_masters();
     g.workers = workers_.size();
   }

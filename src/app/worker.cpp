@@ -13,17 +13,17 @@
 
 #include <random>
 
-#include "limit/cluster_batcher.hpp"
-#include "limit/script.hpp"
+#include "store/cluster_batcher.hpp"
+#include "store/limiter_script.hpp"
 #include "upstream/send_batch.hpp"
 
 #include "http/session.hpp"
 #include "obs/access_log.hpp"
 #include "obs/logging.hpp"
+#include "util/asio.hpp"
 
 namespace fg::app {
 
-namespace asio = boost::asio;
 using asio::ip::tcp;
 
 namespace {
@@ -45,8 +45,8 @@ std::string random_nonce_prefix() {
 }  // namespace
 
 // One thread per io_context: socket I/O needs no locking (posts from other threads still do).
-worker::worker(unsigned id, std::shared_ptr<const http::runtime> rt, std::shared_ptr<obs::access_log> access,
-               limit::memory_store* memory, http::connection_limit* connections)
+worker::worker(unsigned id, std::shared_ptr<const http::compiled_config> rt, std::shared_ptr<obs::access_log> access,
+               store::memory_store* memory, http::connection_limit* connections)
     : ioc_(std::make_unique<asio::io_context>(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO)),
       pool_(std::make_unique<upstream::pool>(ioc_->get_executor())) {
   ctx_.id = id;
@@ -58,7 +58,7 @@ worker::worker(unsigned id, std::shared_ptr<const http::runtime> rt, std::shared
   // (admin.listen, which only a restart changes).
   ctx_.metrics = ctx_.rt->cfg->admin.listen ? &metrics_ : nullptr;
   metrics_.reserve(*ctx_.rt->cfg);
-  memory_ = std::make_unique<limit::memory_source>(*memory);
+  memory_ = std::make_unique<store::memory_source>(*memory);
   limits_ = make_limits(*ctx_.rt->cfg);
   ctx_.limits = &limits_->use;
   // With Redis, not usable until the first tick sees it connected.
@@ -72,14 +72,14 @@ std::unique_ptr<worker::limits_stack> worker::make_limits(const config::config& 
   if (cfg.store == config::store_kind::redis) {
     if (cfg.redis.mode == config::redis_mode::cluster) {
       l->redis.cluster = std::make_shared<redis::cluster_client>(
-          ioc_->get_executor(), cfg.redis, std::string(limit::cluster_script_flags) + limit::limiter_script);
+          ioc_->get_executor(), cfg.redis, std::string(store::cluster_script_flags) + store::limiter_script);
       l->batcher =
-          std::make_unique<limit::cluster_batcher>(ioc_->get_executor(), l->redis.cluster, 128, &resume_with_sends);
+          std::make_unique<store::cluster_batcher>(ioc_->get_executor(), l->redis.cluster, 128, &resume_with_sends);
     } else {
-      l->redis.one = std::make_shared<redis::connection>(ioc_->get_executor(), cfg.redis, limit::limiter_script);
-      l->batcher = std::make_unique<limit::redis_batcher>(ioc_->get_executor(), l->redis.one, 128, &resume_with_sends);
+      l->redis.one = std::make_shared<redis::connection>(ioc_->get_executor(), cfg.redis, store::limiter_script);
+      l->batcher = std::make_unique<store::redis_batcher>(ioc_->get_executor(), l->redis.one, 128, &resume_with_sends);
     }
-    l->source = std::make_unique<limit::redis_source>(*l->batcher, random_nonce_prefix());
+    l->source = std::make_unique<store::redis_source>(*l->batcher, random_nonce_prefix());
     l->denies = std::make_unique<limit::deny_cache>();
     l->batcher->set_metrics(ctx_.metrics);
     store = l->source.get();
@@ -132,14 +132,8 @@ void worker::start(int listen_fd) {
   asio::co_spawn(*ioc_, sweep_deadlines(), obs::logged_end{"deadline sweeper ended"});
   if (limits_->redis) asio::post(*ioc_, [r = limits_->redis] { r.start(); });
   thread_ = std::thread([this] {
-    for (;;) {
-      try {
-        ioc_->run();
-        break;
-      } catch (const std::exception& e) {
-        spdlog::error("worker {}: {}", ctx_.id, e.what());
-      }
-    }
+    const auto name = "worker " + std::to_string(ctx_.id);
+    obs::run_logged(*ioc_, name.c_str());
   });
 }
 
@@ -193,7 +187,7 @@ asio::awaitable<void> worker::sweep_deadlines() {
     auto [ec] = co_await tick.async_wait(asio::as_tuple(asio::use_awaitable));
     if (ec) co_return;
     ctx_.deadlines.sweep(deadline::clock::now());
-    if (pending_ || !retired_.empty()) tend_limits(limit::memory_store::now_ms());
+    if (pending_ || !retired_.empty()) tend_limits(limit::now_ms());
     store_usable_.store(!limits_->redis || limits_->redis.connected(), std::memory_order_relaxed);
     if (limits_->redis.cluster) {
       auto states = limits_->redis.cluster->master_states();
@@ -230,7 +224,7 @@ void worker::join() {
   if (thread_.joinable()) thread_.join();
 }
 
-void worker::update(std::shared_ptr<const http::runtime> rt, std::shared_ptr<obs::access_log> access,
+void worker::update(std::shared_ptr<const http::compiled_config> rt, std::shared_ptr<obs::access_log> access,
                     std::function<void()> applied) {
   asio::post(*ioc_, [this, rt = std::move(rt), access = std::move(access), applied = std::move(applied)]() mutable {
     const auto& was = pending_ ? *pending_->rt->cfg : *ctx_.rt->cfg;
@@ -256,16 +250,16 @@ void worker::update(std::shared_ptr<const http::runtime> rt, std::shared_ptr<obs
       retired_.push_back(std::move(pending_));
     }
     pending_ = make_limits(now);
-    pending_->ready_by = limit::memory_store::now_ms() + 2000;
+    pending_->ready_by = limit::now_ms() + 2000;
     pending_->rt = std::move(rt);
     pending_->access = std::move(access);
     pending_->applied = std::move(applied);
     if (pending_->redis) pending_->redis.start();
-    else tend_limits(limit::memory_store::now_ms());
+    else tend_limits(limit::now_ms());
   });
 }
 
-void worker::apply(std::shared_ptr<const http::runtime> rt, std::shared_ptr<obs::access_log> access) {
+void worker::apply(std::shared_ptr<const http::compiled_config> rt, std::shared_ptr<obs::access_log> access) {
   metrics_.reserve(*rt->cfg);  // before any request counts under the new snapshot
   pool_->configure(rt->cfg->upstreams);
   // A denial remembered under the old numbers may not hold under the new ones.

@@ -8,12 +8,15 @@
 #include <mutex>
 #include <thread>
 
-#include "http/context.hpp"
+#include "http/worker_context.hpp"
 #include "obs/metrics.hpp"
-#include "limit/memory_store.hpp"
+#include "store/memory_store.hpp"
 #include "limit/policy.hpp"
-#include "limit/redis_store.hpp"
-#include "limit/sources.hpp"
+#include "store/redis_batcher.hpp"
+#include "store/script_call.hpp"
+#include "limit/deny_cache.hpp"
+#include "store/memory_source.hpp"
+#include "store/redis_source.hpp"
 #include "redis/cluster.hpp"
 #include "redis/connection.hpp"
 #include "upstream/pool.hpp"
@@ -39,8 +42,8 @@ struct redis_link {
 // owns every connection it accepts, its upstream pool and its Redis link.
 class worker {
  public:
-  worker(unsigned id, std::shared_ptr<const http::runtime> rt, std::shared_ptr<obs::access_log> access,
-         limit::memory_store* memory, http::connection_limit* connections);
+  worker(unsigned id, std::shared_ptr<const http::compiled_config> rt, std::shared_ptr<obs::access_log> access,
+         store::memory_store* memory, http::connection_limit* connections);
   ~worker();
 
   // `listen_fd` (bound, perhaps not listening yet) is duplicated; the worker's thread
@@ -59,7 +62,7 @@ class worker {
   // section gets a new decision source, and the snapshot takes effect with it once it
   // is connected (at most 2 s later); the old source is kept until no request uses it.
   // `applied` runs on the worker's thread once the snapshot is in effect.
-  void update(std::shared_ptr<const http::runtime> rt, std::shared_ptr<obs::access_log> access,
+  void update(std::shared_ptr<const http::compiled_config> rt, std::shared_ptr<obs::access_log> access,
               std::function<void()> applied);
   // Thread-safe. The store answers (Redis connected; always with the memory store), as
   // of the last sweeper tick.
@@ -80,14 +83,14 @@ class worker {
   struct limits_stack {
     http::limits_in_use use;
     redis_link redis;
-    std::unique_ptr<limit::redis_evaluator> batcher;
-    std::unique_ptr<limit::redis_source> source;
+    std::unique_ptr<store::redis_evaluator> batcher;
+    std::unique_ptr<store::redis_source> source;
     std::unique_ptr<limit::deny_cache> denies;
     std::unique_ptr<limit::policy> policy;
     std::int64_t idle_since = 0;  // retired: when no request used it any more (ms)
     std::int64_t ready_by = 0;    // pending: swapped in by then, connected or not (ms)
     // Pending: what takes effect with it, and whom to tell.
-    std::shared_ptr<const http::runtime> rt;
+    std::shared_ptr<const http::compiled_config> rt;
     std::shared_ptr<obs::access_log> access;
     std::function<void()> applied;
     void shut();
@@ -95,7 +98,7 @@ class worker {
   std::unique_ptr<limits_stack> make_limits(const config::config& cfg);
   void use_limits(std::unique_ptr<limits_stack> next);
   // The snapshot in effect for requests whose head arrives from now on.
-  void apply(std::shared_ptr<const http::runtime> rt, std::shared_ptr<obs::access_log> access);
+  void apply(std::shared_ptr<const http::compiled_config> rt, std::shared_ptr<obs::access_log> access);
   // The sweeper's part of a reload: a pending stack swapped in, unused ones destroyed.
   void tend_limits(std::int64_t now_ms);
   boost::asio::awaitable<void> accept_loop();
@@ -110,7 +113,7 @@ class worker {
   std::unique_ptr<boost::asio::io_context> ioc_;
   std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;
   std::unique_ptr<upstream::pool> pool_;
-  std::unique_ptr<limit::memory_source> memory_;  // the memory store's source, for every generation
+  std::unique_ptr<store::memory_source> memory_;  // the memory store's source, for every generation
   std::unique_ptr<limits_stack> limits_;          // in use
   std::unique_ptr<limits_stack> pending_;         // connecting, after a reload changed the store
   std::vector<std::unique_ptr<limits_stack>> retired_;

@@ -5,7 +5,7 @@
 
 #include "config/caps.hpp"
 #include "config/duration.hpp"
-#include "match/rules.hpp"
+#include "routing/rules.hpp"
 #include "util/text.hpp"
 
 namespace fg::config::detail {
@@ -90,14 +90,14 @@ std::optional<std::string> route_loader::shadowed_by_slash(const config& c, cons
   if (m.path.size() < 2 || m.path.back() != '/') return std::nullopt;
   auto earlier = exact_paths_.find(m.path.substr(0, m.path.size() - 1));
   if (earlier == exact_paths_.end()) return std::nullopt;
-  const auto host = match::normalize_host(m.host);
+  const auto host = routing::normalize_host(m.host);
   for (auto i : earlier->second) {
     const auto& e = c.routes[i];
-    if (e.match.path.empty() || e.match.path == m.path || !match::exact_path_takes(e.match.path, m.path)) continue;
-    if (auto h = match::normalize_host(e.match.host); !h.empty() && h != host) continue;
+    if (e.match.path.empty() || e.match.path == m.path || !routing::exact_path_takes(e.match.path, m.path)) continue;
+    if (auto h = routing::normalize_host(e.match.host); !h.empty() && h != host) continue;
     if (!e.match.methods.empty() &&
         (m.methods.empty() || !std::all_of(m.methods.begin(), m.methods.end(), [&](const std::string& x) {
-          return match::methods_take(e.match.methods, x);
+          return routing::methods_take(e.match.methods, x);
         })))
       continue;
     return e.name;
@@ -127,7 +127,7 @@ void route_loader::match(const YAML::Node& node, route_match& m) {
       // matches "/.well-known") is no dot segment.
       const bool is_prefix = v == &prefix_s;
       std::string want = v->value() + (is_prefix ? "x" : ""), seen;
-      if (!match::normalize_target_path(want, seen)) {
+      if (!routing::normalize_target_path(want, seen)) {
         r_.error(n, "invalid path '" + v->value() + "'");
       } else if (seen != want) {
         if (is_prefix) seen.pop_back();

@@ -7,13 +7,12 @@
 #include <algorithm>
 
 #include "http/forwarder.hpp"
-#include "match/rules.hpp"
+#include "routing/rules.hpp"
 #include "util/text.hpp"
+#include "util/asio.hpp"
 
 namespace fg::http {
 
-namespace bhttp = boost::beast::http;
-namespace beast = boost::beast;
 
 void admission::release_memory() {
   for (auto* s : {&request_id, &path, &client_key, &abs_host, &abs_target}) std::string().swap(*s);
@@ -24,13 +23,13 @@ void admission::release_memory() {
 namespace {
 
 // A field whose name with '_' for '-' is one the gateway reads or sets.
-bool interpreted_underscore(const runtime& rt, const bhttp::request_header<>& req, std::string_view peer) {
+bool interpreted_underscore(const compiled_config& rt, const bhttp::request_header<>& req, std::string_view peer) {
   for (const auto& f : req) {
     auto name = f.name_string();
     if (f.name() != bhttp::field::unknown || name.find('_') == std::string_view::npos) continue;
     // A configured identity header may itself be spelled with '_' (HTTP_CLIENT_IP).
     if (std::any_of(rt.identity_fields.begin(), rt.identity_fields.end(),
-                    [&](const auto& h) { return beast::iequals(name, h); }))
+                    [&](const auto& h) { return util::iequals(name, h); }))
       continue;
     for (const auto& h : rt.interpreted)
       if (util::iequals_folded(name, h)) {
@@ -53,7 +52,7 @@ bool absolute_form(std::string_view target, admission& out) {
 }
 
 // Identity: the peer unless it is a trusted proxy (then its forwarding headers).
-void identify(const runtime& rt, const bhttp::request_header<>& req, const peer_info& peer, admission& out) {
+void identify(const compiled_config& rt, const bhttp::request_header<>& req, const peer_info& peer, admission& out) {
   out.peer_trusted = rt.client_ip.is_trusted(peer.ip);
   if (!out.peer_trusted) {
     out.client_key.assign(peer.key);
@@ -64,7 +63,7 @@ void identify(const runtime& rt, const bhttp::request_header<>& req, const peer_
   out.ip_fields.clear();
   for (const auto& f : req) {
     for (const auto& name : rt.identity_fields)
-      if (beast::iequals(f.name_string(), name)) {
+      if (util::iequals(f.name_string(), name)) {
         out.ip_fields.push_back({f.name_string(), f.value()});
         break;
       }
@@ -73,14 +72,14 @@ void identify(const runtime& rt, const bhttp::request_header<>& req, const peer_
   out.client_key = out.who.key;
 }
 
-unsigned reject(const char* why, std::string_view peer) {
+unsigned reject(std::string_view why, std::string_view peer) {
   spdlog::debug("{}: rejected request: {}", peer, why);
   return 400;
 }
 
 }  // namespace
 
-void admit(const runtime& rt, const bhttp::request_header<>& req, bool keep_alive, const peer_info& peer,
+void admit(const compiled_config& rt, const bhttp::request_header<>& req, bool keep_alive, const peer_info& peer,
            admission& out) {
   const auto& cfg = *rt.cfg;
   out.status = 0;
@@ -102,7 +101,7 @@ void admit(const runtime& rt, const bhttp::request_header<>& req, bool keep_aliv
       case bhttp::field::expect: out.expect = f.value(), out.has_expect = true; break;
       case bhttp::field::upgrade: out.has_upgrade = true; break;
       case bhttp::field::unknown:
-        if (incoming_id.empty() && beast::iequals(f.name_string(), "x-request-id"))
+        if (incoming_id.empty() && util::iequals(f.name_string(), "x-request-id"))
           incoming_id = usable_request_id(f.value());
         underscore = underscore || f.name_string().find('_') != std::string_view::npos;
         break;
@@ -112,13 +111,12 @@ void admit(const runtime& rt, const bhttp::request_header<>& req, bool keep_aliv
   if (!incoming_id.empty()) out.request_id.assign(incoming_id);
   else make_request_id(out.request_id);
 
-  const char* why = "";
-  auto framing = check_request_framing(req, why);
-  if (!framing) return void(out.status = reject(why, peer.text));
-  out.framing = *framing;
+  const auto framing = check_request_framing(req);
+  if (!framing.accepted()) return void(out.status = reject(framing.refused, peer.text));
+  out.framing = framing.framing;
   if (has_host && !valid_host(host)) return void(out.status = reject("invalid Host", peer.text));
   if (underscore && interpreted_underscore(rt, req, peer.text)) return void(out.status = 400);
-  if (!match::normalize_target_path(req.target(), out.path)) return void(out.status = 400);
+  if (!routing::normalize_target_path(req.target(), out.path)) return void(out.status = 400);
   if (cfg.http.max_body_bytes && out.framing.type == body_framing::kind::length &&
       out.framing.length > cfg.http.max_body_bytes)
     return void(out.status = 413);

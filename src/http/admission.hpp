@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "http/framing.hpp"
-#include "http/runtime.hpp"
+#include "http/compiled_config.hpp"
 #include "net/client_ip.hpp"
 
 namespace fg::http {
@@ -48,7 +48,7 @@ struct peer_info {
 // interpreted fields, the target's path and authority, the route, and the client's
 // identity. Reads nothing but its arguments and writes only `out`.
 // `keep_alive`: the parser's reading of the request's.
-void admit(const runtime& rt, const boost::beast::http::request_header<>& req, bool keep_alive, const peer_info& peer,
+void admit(const compiled_config& rt, const boost::beast::http::request_header<>& req, bool keep_alive, const peer_info& peer,
            admission& out);
 
 }  // namespace fg::http

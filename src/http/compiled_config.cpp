@@ -1,4 +1,4 @@
-#include "http/runtime.hpp"
+#include "http/compiled_config.hpp"
 
 #include <algorithm>
 
@@ -6,9 +6,12 @@
 
 namespace fg::http {
 
-std::shared_ptr<const runtime> runtime::build(config::snapshot cfg) {
-  auto rt = std::make_shared<runtime>();
-  rt->routes = routing::route_table(cfg->routes);
+std::shared_ptr<const compiled_config> compiled_config::build(config::snapshot cfg) {
+  auto rt = std::make_shared<compiled_config>();
+  for (const auto& r : cfg->routes) {
+    const bool prefix = r.match.path.empty();
+    rt->routes.add(r.match.host, r.match.methods, prefix ? r.match.path_prefix : r.match.path, prefix);
+  }
   net::cidr_set trusted;
   for (const auto& c : cfg->client_ip.trusted_proxies)
     if (auto parsed = net::parse_cidr(c)) trusted.add(*parsed);

@@ -11,7 +11,7 @@ namespace fg::http {
 
 // Everything derived from one configuration snapshot. Immutable once built; a
 // request holds it from start to end, a reload swaps it.
-struct runtime {
+struct compiled_config {
   config::snapshot cfg;
   routing::route_table routes;
   net::client_ip_resolver client_ip;
@@ -29,7 +29,7 @@ struct runtime {
   // Per upstream (by index): the Host given to a request that has none.
   std::vector<std::string> upstream_hosts;
 
-  static std::shared_ptr<const runtime> build(config::snapshot cfg);
+  static std::shared_ptr<const compiled_config> build(config::snapshot cfg);
 };
 
 }  // namespace fg::http

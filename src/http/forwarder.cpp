@@ -9,10 +9,10 @@
 #include <random>
 #include <cstring>
 #include <cstdint>
+#include "util/asio.hpp"
 
 namespace fg::http {
 
-namespace bhttp = boost::beast::http;
 
 using util::iequals;
 using util::trim;

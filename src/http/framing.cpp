@@ -5,21 +5,13 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include "util/asio.hpp"
 
 namespace fg::http {
 
-namespace bhttp = boost::beast::http;
 
 namespace {
-// RFC 9110 §5.6.2 tchar: what a method and a field name are made of.
-constexpr auto token_bytes = [] {
-  std::array<bool, 256> t{};
-  for (int c = '0'; c <= '9'; ++c) t[static_cast<std::size_t>(c)] = true;
-  for (int c = 'a'; c <= 'z'; ++c) t[static_cast<std::size_t>(c)] = t[static_cast<std::size_t>(c - 32)] = true;
-  for (char c : std::string_view("!#$%&'*+-.^_`|~")) t[static_cast<unsigned char>(c)] = true;
-  return t;
-}();
-bool tchar(unsigned char c) { return token_bytes[c]; }
+using util::is_tchar;
 constexpr std::string_view version_prefix = "HTTP/1.";
 }  // namespace
 
@@ -57,7 +49,7 @@ head_scanner::state head_scanner::scan(std::string_view d) {
       return fail(line_ == 0 ? "whitespace before the request line" : "obsolete line folding in request head");
     switch (phase_) {
       case phase::method:
-        if (tchar(c)) continue;
+        if (is_tchar(c)) continue;
         if (c != ' ') return fail("invalid request method");
         phase_ = phase::target, mark_ = pos_ + 1;
         continue;
@@ -77,7 +69,7 @@ head_scanner::state head_scanner::scan(std::string_view d) {
         continue;
       }
       case phase::name:
-        if (tchar(c)) continue;
+        if (is_tchar(c)) continue;
         if (c != ':' || pos_ == line_start_) return fail("invalid header name");
         phase_ = phase::value;
         continue;
@@ -143,7 +135,7 @@ chunk_vetter::state chunk_vetter::feed(std::string_view d) {
           phase_ = phase::end_lf;
           continue;
         }
-        if (!tchar(c)) return fail(c == '\n' ? "bare LF in chunked body" : "invalid trailer field");
+        if (!is_tchar(c)) return fail(c == '\n' ? "bare LF in chunked body" : "invalid trailer field");
         phase_ = phase::trailer;
         [[fallthrough]];
       case phase::trailer:
@@ -173,7 +165,8 @@ chunk_vetter::state chunk_vetter::feed(std::string_view d) {
 using util::iequals;
 using util::trim;
 
-std::optional<body_framing> check_request_framing(const bhttp::request_header<>& h, const char*& why) {
+framing_verdict check_request_framing(const bhttp::request_header<>& h) {
+  const auto refuse = [](std::string_view why) { return framing_verdict{{}, why}; };
   body_framing f;
   int te_count = 0, cl_count = 0, host_count = 0;
   std::optional<std::uint64_t> cl;
@@ -181,24 +174,16 @@ std::optional<body_framing> check_request_framing(const bhttp::request_header<>&
     switch (field.name()) {
       case bhttp::field::transfer_encoding:
         ++te_count;
-        if (!iequals(trim(field.value()), "chunked")) {
-          why = "unsupported Transfer-Encoding";
-          return std::nullopt;
-        }
+        if (!iequals(trim(field.value()), "chunked")) return refuse("unsupported Transfer-Encoding");
         break;
       case bhttp::field::content_length: {
         ++cl_count;
         auto v = trim(field.value());
         std::uint64_t n = 0;
         auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-        if (v.empty() || ec != std::errc{} || p != v.data() + v.size() || v.size() > 18) {
-          why = "invalid Content-Length";
-          return std::nullopt;
-        }
-        if (cl && *cl != n) {
-          why = "conflicting Content-Length";
-          return std::nullopt;
-        }
+        if (v.empty() || ec != std::errc{} || p != v.data() + v.size() || v.size() > 18)
+          return refuse("invalid Content-Length");
+        if (cl && *cl != n) return refuse("conflicting Content-Length");
         cl = n;
         break;
       }
@@ -209,25 +194,14 @@ std::optional<body_framing> check_request_framing(const bhttp::request_header<>&
         break;
     }
   }
-  if (te_count > 1) {
-    why = "repeated Transfer-Encoding";
-    return std::nullopt;
-  }
-  if (te_count && cl_count) {
-    why = "both Content-Length and Transfer-Encoding";
-    return std::nullopt;
-  }
-  if (te_count && h.version() < 11) {
-    why = "Transfer-Encoding in an HTTP/1.0 request";
-    return std::nullopt;
-  }
-  if (host_count > 1 || (host_count == 0 && h.version() >= 11)) {
-    why = host_count ? "repeated Host" : "missing Host";
-    return std::nullopt;
-  }
+  if (te_count > 1) return refuse("repeated Transfer-Encoding");
+  if (te_count && cl_count) return refuse("both Content-Length and Transfer-Encoding");
+  if (te_count && h.version() < 11) return refuse("Transfer-Encoding in an HTTP/1.0 request");
+  if (host_count > 1 || (host_count == 0 && h.version() >= 11))
+    return refuse(host_count ? "repeated Host" : "missing Host");
   if (te_count) f.type = body_framing::kind::chunked;
   else if (cl && *cl > 0) f.type = body_framing::kind::length, f.length = *cl;
-  return f;
+  return {f, {}};
 }
 
 }  // namespace fg::http

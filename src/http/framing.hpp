@@ -74,8 +74,15 @@ struct body_framing {
   std::uint64_t length = 0;
 };
 
-// RFC 9112 §6 checks that Beast leaves to the application. Returns nullopt and sets
-// `why` when the request must be rejected with 400 and the connection closed.
-std::optional<body_framing> check_request_framing(const boost::beast::http::request_header<>& h, const char*& why);
+// What check_request_framing found: the body's framing, or why the request must be
+// rejected with 400 and the connection closed.
+struct framing_verdict {
+  body_framing framing;
+  std::string_view refused;  // empty: accepted
+  bool accepted() const { return refused.empty(); }
+};
+
+// RFC 9112 §6 checks that Beast leaves to the application.
+framing_verdict check_request_framing(const boost::beast::http::request_header<>& h);
 
 }  // namespace fg::http

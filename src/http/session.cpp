@@ -15,7 +15,7 @@
 #include "obs/logging.hpp"
 #include "obs/metrics.hpp"
 
-// Reading requests, local answers and the limits; the upstream exchange is exchange.cpp.
+// Reading requests, local answers and the limits; the upstream exchange is session_upstream.cpp.
 // The aliases (asio, beast, bhttp, tcp, error_code, clock) come from session_impl.hpp.
 namespace fg::http::detail {
 
@@ -71,7 +71,7 @@ asio::awaitable<session::outcome> session::read_head(bool first) {
     if (watch_->lean) {
       // Idle for a while: wait for bytes with no buffer at all.
       release_idle_memory();
-      auto [wec] = co_await socket_.async_wait(tcp::socket::wait_read, use_tuple);
+      auto [wec] = co_await socket_.async_wait(tcp::socket::wait_read, deferred_tuple);
       watch_->lean = false;
       if (wec && watch_->expired) {
         watch_->idle = false;  // the sweeper must not take back the answer's write
@@ -83,7 +83,7 @@ asio::awaitable<session::outcome> session::read_head(bool first) {
     if (buffer_.size() == 0) watch_->lean_at = deadline::after(deadline::lean_after);
     // A head usually fits in 4 KiB: reads grow past that only for larger ones.
     auto space = std::min<std::size_t>(buffer_.max_size() - buffer_.size(), buffer_.size() ? 16384 : 4096);
-    auto [ec, n] = co_await socket_.async_read_some(buffer_.prepare(space), use_tuple);
+    auto [ec, n] = co_await socket_.async_read_some(buffer_.prepare(space), deferred_tuple);
     // The sweeper took back an idle read to wait without its buffer: between requests the
     // connection is parked (no session at all), a new one waits here with nothing held.
     if (ec == asio::error::operation_aborted && watch_->lean && !watch_->expired && !ctx_.draining) {
@@ -195,7 +195,7 @@ asio::awaitable<void> session::lingering_close() {
   char sink[4096];
   while (total < 4 * 1024 * 1024) {
     watch_->arm_at(until);
-    auto [rec, n] = co_await socket_.async_read_some(asio::buffer(sink), use_tuple);
+    auto [rec, n] = co_await socket_.async_read_some(asio::buffer(sink), deferred_tuple);
     if (rec) break;
     total += n;
   }

@@ -1,7 +1,7 @@
 #pragma once
 #include <boost/asio/ip/tcp.hpp>
 
-#include "http/context.hpp"
+#include "http/worker_context.hpp"
 
 namespace fg::http {
 

@@ -1,6 +1,6 @@
 #pragma once
 // The session class, shared by session.cpp (reading, local answers, the limits) and
-// exchange.cpp (the upstream exchange). Beast-heavy: include only from those.
+// session_upstream.cpp (the upstream exchange). Beast-heavy: include only from those.
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -15,23 +15,21 @@
 
 #include "http/admission.hpp"
 #include "http/body_write.hpp"
-#include "http/context.hpp"
+#include "http/worker_context.hpp"
 #include "http/framing.hpp"
 #include "http/upstream_failure.hpp"
 #include "limit/decision_source.hpp"
 #include "upstream/pool.hpp"
+#include "util/asio.hpp"
 
 namespace fg::http::detail {
 
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace bhttp = boost::beast::http;
 using asio::ip::tcp;
 using error_code = boost::system::error_code;
 using clock = std::chrono::steady_clock;
 using request_parser = bhttp::request_parser<bhttp::buffer_body>;
 using response_parser = bhttp::response_parser<bhttp::buffer_body>;
-constexpr auto use_tuple = asio::as_tuple(asio::deferred);
+using util::deferred_tuple;
 // Body bytes move through one buffer of this size per session, in both directions.
 constexpr std::size_t body_chunk = 32 * 1024;
 static_assert(body_chunk == 32 * 1024, "http::worker_context::bodies lends blocks of this size");
@@ -107,13 +105,20 @@ class session {
   // `co_await` it for (error_code, bytes) and pass the error through timed().
   auto write_down(std::span<const asio::const_buffer> bufs) {
     watch_->arm(rt_->cfg->http.idle_timeout);
-    return asio::async_write(socket_, bufs, use_tuple);
+    return asio::async_write(socket_, bufs, deferred_tuple);
   }
 
-  // exchange.cpp: the upstream exchange.
+  // session_upstream.cpp: the upstream exchange.
   asio::awaitable<outcome> forward();
   void build_request_head(const config::route_config& route, bool upgrade);
-  asio::awaitable<unsigned> read_first_piece(std::size_t& piece);
+  // What reading a body's first piece came to: its size, the status to answer instead
+  // (refuse), or that the client is gone.
+  struct first_piece {
+    std::size_t bytes = 0;
+    unsigned refuse = 0;
+    bool client_gone = false;
+  };
+  asio::awaitable<first_piece> read_first_piece();
   void log_failure(const config::upstream_config& cfg, stage at, error_code ec, bool upstream_fault) const;
   asio::awaitable<error_code> send_rest_of_body(upstream::connection& up, const config::upstream_config& cfg);
   // A fresh parser for the response head (1xx other than 101 are read past).
@@ -138,7 +143,7 @@ class session {
   net::address peer_;
   std::string peer_str_;
   deadline::board::watch watch_;
-  std::shared_ptr<const runtime> rt_;
+  std::shared_ptr<const compiled_config> rt_;
   head_scanner scanner_;
   lazy_optional<request_parser> parser_;
   lazy_optional<response_parser> rp_;
@@ -150,7 +155,7 @@ class session {
   chunk_vetter vetter_;
   chunk_vetter* up_vet_ = nullptr;  // the upstream response's, while its chunked body is read
   std::string peer_key_;
-  std::shared_ptr<const runtime> peer_key_rt_;
+  std::shared_ptr<const compiled_config> peer_key_rt_;
   limit::limit_call limits_;  // this request's limits and what they said
   std::uint64_t bytes_in_ = 0, bytes_out_ = 0;
   double upstream_ms_ = -1;

@@ -12,6 +12,7 @@
 #include "obs/metrics.hpp"
 #include "http/upstream_failure.hpp"
 #include "upstream/send_batch.hpp"
+#include "util/text.hpp"
 
 // The upstream exchange of one admitted request: send the request (head, then its body
 // streamed), read the response head (one retry on a stale pooled connection), relay the
@@ -69,7 +70,7 @@ asio::awaitable<error_code> read_into(deadline::entry& e, tcp::socket& s, beast:
     if (auto r = feed(b, p, start, produced, want_head)) co_return *r;
     e.arm(timeout);
     auto space = std::min<std::size_t>(b.max_size() - b.size(), 65536);
-    auto [ec, n] = co_await s.async_read_some(b.prepare(space), use_tuple);
+    auto [ec, n] = co_await s.async_read_some(b.prepare(space), deferred_tuple);
     if (ec == asio::error::eof) {
       if (want_head) co_return error_code(b.size() ? bhttp::error::partial_message : bhttp::error::end_of_stream);
       error_code eec;
@@ -138,13 +139,13 @@ response_plan plan_response(const bhttp::request_header<>& req, bool req_keep_al
 auto session::write_up(upstream::connection& up, std::span<const asio::const_buffer> bufs,
                        std::chrono::milliseconds timeout) {
   watch_->arm(timeout);
-  return asio::async_initiate<decltype(use_tuple), void(error_code, std::size_t)>(
+  return asio::async_initiate<decltype(deferred_tuple), void(error_code, std::size_t)>(
       [&up, bufs](auto handler) {
         // Resumed with a batch from Redis: the batch's writes go out together.
         if (auto* batch = upstream::send_batch::current()) batch->add(up.socket, bufs, std::move(handler));
         else asio::async_write(up.socket, bufs, std::move(handler));
       },
-      use_tuple);
+      deferred_tuple);
 }
 
 void session::build_request_head(const config::route_config& route, bool upgrade) {
@@ -174,29 +175,30 @@ void session::build_request_head(const config::route_config& route, bool upgrade
 }
 
 // The first piece of a body is read before upstream is contacted: a malformed body is
-// rejected with upstream having received nothing. 0, the status to answer, or 1 when the
-// client is gone. A client that expects 100-continue is told to go on first.
-asio::awaitable<unsigned> session::read_first_piece(std::size_t& piece) {
+// rejected with upstream having received nothing. A client that expects 100-continue is
+// told to go on first.
+asio::awaitable<session::first_piece> session::read_first_piece() {
   auto& req = parser_->get();
   if (ad_.has_expect && req.version() >= 11) {
     static constexpr std::string_view cont = "HTTP/1.1 100 Continue\r\n\r\n";
     std::array<asio::const_buffer, 1> bufs{asio::buffer(cont)};
     auto [ec, n] = co_await write_down(bufs);
-    if (timed(*watch_, ec)) co_return 1;
+    if (timed(*watch_, ec)) co_return first_piece{.client_gone = true};
   }
   const bool chunked = ad_.framing.type == body_framing::kind::chunked;
   if (chunked && !start_vetting(vetter_, buffer_)) {
     spdlog::debug("{}: rejected request: {}", peer_str_, vetter_.error());
-    co_return 400;
+    co_return first_piece{.refuse = 400};
   }
   req.body().data = body_buf();
   req.body().size = body_chunk;
-  auto ec = co_await read_into(*watch_, socket_, buffer_, *parser_, rt_->cfg->http.idle_timeout, piece, false,
+  first_piece out;
+  auto ec = co_await read_into(*watch_, socket_, buffer_, *parser_, rt_->cfg->http.idle_timeout, out.bytes, false,
                                chunked ? &vetter_ : nullptr);
-  if (ec) co_return ec == beast::error::timeout ? 408 : 400;
+  if (ec) out.refuse = ec == beast::error::timeout ? 408 : 400;
   // Over the limit already: refused with upstream having received nothing.
-  const auto max = rt_->cfg->http.max_body_bytes;
-  co_return max && piece > max ? 413 : 0;
+  else if (const auto max = rt_->cfg->http.max_body_bytes; max && out.bytes > max) out.refuse = 413;
+  co_return out;
 }
 
 void session::log_failure(const config::upstream_config& cfg, stage at, error_code ec, bool upstream_fault) const {
@@ -215,11 +217,12 @@ asio::awaitable<session::outcome> session::forward() {
   const bool upgrade = ad_.has_upgrade && !ad_.has_body() && is_upgrade_request(req.base());
   build_request_head(route, upgrade);
   std::size_t piece = 0;
-  if (ad_.has_expect && !beast::iequals(ad_.expect, "100-continue")) co_return co_await send_local(417, false);
+  if (ad_.has_expect && !util::iequals(ad_.expect, "100-continue")) co_return co_await send_local(417, false);
   if (ad_.has_body()) {
-    const unsigned refused = co_await read_first_piece(piece);
-    if (refused == 1) co_return outcome::closed;
-    if (refused) co_return co_await send_local(refused, false);
+    const auto first = co_await read_first_piece();
+    if (first.client_gone) co_return outcome::closed;
+    if (first.refuse) co_return co_await send_local(first.refuse, false);
+    piece = first.bytes;
   }
   // Timed for the metrics' histogram and the access log: two clock reads a request.
   const bool timing = ctx_.metrics || (ctx_.access && ctx_.access->enabled());

@@ -8,13 +8,13 @@
 #include <boost/asio/write.hpp>
 
 #include <memory>
+#include "util/asio.hpp"
 
 namespace fg::http {
 
-namespace asio = boost::asio;
-namespace beast = boost::beast;
+using util::use_tuple;
+
 using asio::ip::tcp;
-constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
 namespace {
 

@@ -3,6 +3,7 @@
 #include <boost/asio/error.hpp>
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/http/error.hpp>
+#include "util/asio.hpp"
 
 namespace fg::http {
 
@@ -26,7 +27,6 @@ bool timed_out(boost::system::error_code ec) { return ec == boost::beast::error:
 // The peer closed (or reset) a pooled connection before answering anything: the
 // request can go again on a fresh one.
 bool nothing_received(boost::system::error_code ec) {
-  namespace bhttp = boost::beast::http;
   return ec == bhttp::error::end_of_stream || ec == boost::asio::error::connection_reset ||
          ec == boost::asio::error::eof;
 }

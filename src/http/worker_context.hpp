@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "deadline/board.hpp"
-#include "http/runtime.hpp"
+#include "http/compiled_config.hpp"
 #include "obs/logging.hpp"
 #include "util/block_pool.hpp"
 
@@ -36,7 +36,7 @@ struct worker_context {
   // the others are swapped with it, between requests): the snapshot, the upstream pool
   // (keyed by upstream name, so that pooled connections of upstreams that remain stay),
   // the limits' decision source and the access log.
-  std::shared_ptr<const runtime> rt;
+  std::shared_ptr<const compiled_config> rt;
   upstream::pool* pool = nullptr;
   limits_in_use* limits = nullptr;
   std::shared_ptr<obs::access_log> access;

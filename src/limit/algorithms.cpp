@@ -1,9 +1,16 @@
 #include "limit/algorithms.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 namespace fg::limit {
+
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 namespace {
 
 using config::algorithm;

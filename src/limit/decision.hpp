@@ -8,6 +8,9 @@ struct limit_config;
 
 namespace fg::limit {
 
+// The clock every decision is read on: steady, in ms.
+std::int64_t now_ms();
+
 // One limit to evaluate for one request.
 struct check {
   const config::limit_config* cfg = nullptr;

@@ -90,4 +90,8 @@ std::int64_t renewal_interval_ms(const limit_call& c);
 // Whether check i holds a concurrency lease (an allowed concurrency check).
 bool holds_lease(const limit_call& c, std::size_t i);
 
+// What the decisions of a call that the store answered come to: over_limit when a limit
+// not in shadow mode denies, else ok (and then `source` holds the call's leases).
+status judged(limit_call& c, decision_source* source);
+
 }  // namespace fg::limit

@@ -50,14 +50,12 @@ bool name_is(std::string_view raw, std::string_view name) {
   return urls::decode_view(*valid, opt) == name;
 }
 
-// FNV-1a, twice with different offsets: stable across builds and machines, so every
-// gateway instance derives the same key.
+// 128 bits from FNV-1a and a second lane of it that also adds a constant each step:
+// stable across builds and machines, so every gateway instance derives the same key.
 std::string digest(std::string_view v) {
-  std::uint64_t a = 14695981039346656037ull, b = 1099511628211ull * 31;
-  for (unsigned char c : v) {
-    a = (a ^ c) * 1099511628211ull;
-    b = (b ^ c) * 1099511628211ull + 0x9e3779b97f4a7c15ull;
-  }
+  const std::uint64_t a = util::fnv1a(v);
+  std::uint64_t b = util::fnv1a_prime * 31;
+  for (unsigned char c : v) b = (b ^ c) * util::fnv1a_prime + 0x9e3779b97f4a7c15ull;
   char buf[40];
   // '%' starts it: an encoded value always has "%25" there, so none can equal a digest.
   std::snprintf(buf, sizeof buf, "%%%016llx%016llx", static_cast<unsigned long long>(a),

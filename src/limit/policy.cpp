@@ -3,9 +3,9 @@
 #include <spdlog/spdlog.h>
 
 #include "config/config.hpp"
-#include "limit/headers.hpp"
-#include "limit/memory_store.hpp"
-#include "limit/redis_store.hpp"
+#include "limit/rate_headers.hpp"
+#include "limit/deny_cache.hpp"
+#include "limit/deny_cache.hpp"
 
 namespace fg::limit {
 
@@ -23,7 +23,7 @@ status policy::start(limit_call& c) {
   c.decisions.assign(c.checks.size(), decision{});
   if (c.checks.empty()) return status::ok;
   c.lease = ++next_lease_;
-  c.now = memory_store::now_ms();
+  c.now = limit::now_ms();
   if (denies_) {
     if (auto s = from_cache(c); s != status::pending) return s;
   }

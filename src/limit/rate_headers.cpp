@@ -1,4 +1,4 @@
-#include "limit/headers.hpp"
+#include "limit/rate_headers.hpp"
 
 #include <algorithm>
 #include <cassert>

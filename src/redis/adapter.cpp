@@ -3,10 +3,10 @@
 #include <boost/asio/post.hpp>
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
+#include "util/asio.hpp"
 
 namespace fg::redis {
 
-namespace asio = boost::asio;
 using error_code = boost::system::error_code;
 
 void adapter::attach(redisAsyncContext* ac, std::weak_ptr<void> owner) {

@@ -9,10 +9,10 @@
 
 #include "redis/cluster_map.hpp"
 #include "redis/topology.hpp"
+#include "util/asio.hpp"
 
 namespace fg::redis {
 
-namespace asio = boost::asio;
 using error_code = boost::system::error_code;
 using clock = std::chrono::steady_clock;
 

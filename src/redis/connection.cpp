@@ -12,10 +12,10 @@
 
 #include <random>
 #include <string_view>
+#include "util/asio.hpp"
 
 namespace fg::redis {
 
-namespace asio = boost::asio;
 using error_code = boost::system::error_code;
 using clock = std::chrono::steady_clock;
 

@@ -11,10 +11,10 @@
 
 #include "obs/logging.hpp"
 #include "redis/connection.hpp"
+#include "util/asio.hpp"
 
 namespace fg::redis {
 
-namespace asio = boost::asio;
 
 namespace {
 

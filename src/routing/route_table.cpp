@@ -5,19 +5,8 @@
 
 namespace fg::routing {
 
-using match::exact_path_takes;
-using match::methods_take;
-using match::normalize_host;
-
-route_table::route_table(const std::vector<config::route_config>& routes) {
-  for (const auto& r : routes) {
-    entry e;
-    e.host = normalize_host(r.match.host);
-    e.methods = r.match.methods;
-    e.prefix = r.match.path.empty();
-    e.path = e.prefix ? r.match.path_prefix : r.match.path;
-    entries_.push_back(std::move(e));
-  }
+void route_table::add(std::string_view host, std::vector<std::string> methods, std::string_view path, bool prefix) {
+  entries_.push_back({normalize_host(host), std::move(methods), std::string(path), prefix});
 }
 
 int route_table::match(std::string_view host, std::string_view method, std::string_view path) const {

@@ -1,4 +1,4 @@
-#include "match/rules.hpp"
+#include "routing/rules.hpp"
 
 #include <boost/url/parse.hpp>
 #include <boost/url/url.hpp>
@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <array>
 
-namespace fg::match {
+namespace fg::routing {
 
 std::string normalize_host(std::string_view host) {
   std::string out;
@@ -159,4 +159,4 @@ bool normalize_target_path(std::string_view target, std::string& out) {
   return true;
 }
 
-}  // namespace fg::match
+}  // namespace fg::routing

@@ -6,7 +6,7 @@
 // The rules by which a request is matched to a route: pure, and below config so that
 // the config loader (which rejects routes the router would never see, or would shadow)
 // and the router apply one rule.
-namespace fg::match {
+namespace fg::routing {
 
 // Whether a route's method set (empty: any) takes `method`. A set with GET takes HEAD
 // too: servlet containers and Spring serve HEAD with the GET handler (nginx's
@@ -27,4 +27,4 @@ std::string normalize_host(std::string_view host);
 // Returns false when the target is not a valid origin-form (or absolute-form) target.
 bool normalize_target_path(std::string_view target, std::string& path_out);
 
-}  // namespace fg::match
+}  // namespace fg::routing

@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <memory>
 
-#include "limit/redis_store.hpp"
+#include "store/redis_batcher.hpp"
+#include "store/script_call.hpp"
+#include "limit/deny_cache.hpp"
 #include "obs/metrics.hpp"
 #include "redis/error.hpp"
 
@@ -14,8 +16,8 @@ struct redisReply;
 
 // What the batchers (redis_batcher, cluster_batcher) do with a script call's answer:
 // one piece of code for both. A Batch has `call` (a script_call) and `waiters`, each
-// with checks, out, slot, resume and ec. Internal to limit/.
-namespace fg::limit::detail {
+// with checks, out, slot, resume and ec. Internal to store/.
+namespace fg::store::detail {
 
 // Reads the answer `r` (or the error `ec`) of `b`'s call into its waiters, and counts it:
 // the round trip since `sent` (into `rtt_us`, a moving average) and the failures.
@@ -48,4 +50,4 @@ void resume_later(const Executor& ex, std::shared_ptr<Batch> b, redis_batcher::r
   });
 }
 
-}  // namespace fg::limit::detail
+}  // namespace fg::store::detail

@@ -1,4 +1,4 @@
-#include "limit/cluster_batcher.hpp"
+#include "store/cluster_batcher.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/post.hpp>
@@ -9,14 +9,14 @@
 #include <algorithm>
 #include <chrono>
 
-#include "limit/batch_answer.hpp"
+#include "store/batch_answer.hpp"
 #include "obs/metrics.hpp"
 #include "redis/cluster.hpp"
 #include "redis/slots.hpp"
+#include "util/asio.hpp"
 
-namespace fg::limit {
+namespace fg::store {
 
-namespace asio = boost::asio;
 using error_code = boost::system::error_code;
 
 struct cluster_batcher::batch {
@@ -264,4 +264,4 @@ asio::awaitable<std::tuple<error_code>> cluster_batcher::evaluate(std::span<cons
   return asio::async_initiate<decltype(token), void(error_code)>(std::move(init), token);
 }
 
-}  // namespace fg::limit
+}  // namespace fg::store

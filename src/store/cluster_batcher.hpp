@@ -7,11 +7,13 @@
 #include <unordered_map>
 #include <vector>
 
-#include "limit/redis_store.hpp"
+#include "store/redis_batcher.hpp"
+#include "store/script_call.hpp"
+#include "limit/deny_cache.hpp"
 
 namespace fg::redis { class cluster_client; }
 
-namespace fg::limit {
+namespace fg::store {
 
 // redis_batcher's counterpart on a Redis Cluster. The requests of one event-loop turn
 // are grouped by master (the slot map says which): one call per master, one round in
@@ -79,4 +81,4 @@ class cluster_batcher final : public redis_evaluator {
   std::shared_ptr<flow> flow_;
 };
 
-}  // namespace fg::limit
+}  // namespace fg::store

@@ -1,4 +1,4 @@
-#include "limit/inspector.hpp"
+#include "store/inspector.hpp"
 
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/post.hpp>
@@ -8,16 +8,18 @@
 
 #include <algorithm>
 
-#include "limit/memory_store.hpp"
-#include "limit/redis_store.hpp"
-#include "limit/script.hpp"
+#include "store/memory_store.hpp"
+#include "store/redis_batcher.hpp"
+#include "store/script_call.hpp"
+#include "limit/deny_cache.hpp"
+#include "store/limiter_script.hpp"
 #include "redis/cluster.hpp"
 #include "redis/connection.hpp"
 #include "redis/slots.hpp"
+#include "util/asio.hpp"
 
-namespace fg::limit {
+namespace fg::store {
 
-namespace asio = boost::asio;
 using boost::system::error_code;
 
 namespace {
@@ -73,7 +75,7 @@ asio::awaitable<error_code> store_inspector::peek(const config::config& cfg, std
                                                   std::span<decision> out) {
   if (checks.empty()) co_return error_code{};
   if (cfg.store == config::store_kind::redis) co_return co_await peek_redis(cfg, checks, out);
-  memory_.peek(checks, out, memory_store::now_ms());
+  memory_.peek(checks, out, limit::now_ms());
   co_return error_code{};
 }
 
@@ -115,4 +117,4 @@ asio::awaitable<error_code> store_inspector::dry_run(std::span<const check> chec
   co_return ec;
 }
 
-}  // namespace fg::limit
+}  // namespace fg::store

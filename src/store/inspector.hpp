@@ -15,7 +15,10 @@ class connection;
 class cluster_client;
 }
 
-namespace fg::limit {
+namespace fg::store {
+
+using limit::check;
+using limit::decision;
 
 class memory_store;
 
@@ -65,4 +68,4 @@ class store_inspector final : public inspector {
   std::chrono::steady_clock::time_point conn_made_;
 };
 
-}  // namespace fg::limit
+}  // namespace fg::store

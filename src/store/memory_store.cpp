@@ -1,4 +1,4 @@
-#include "limit/memory_store.hpp"
+#include "store/memory_store.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -6,15 +6,10 @@
 #include <chrono>
 #include <functional>
 
-namespace fg::limit {
+namespace fg::store {
 
 memory_store::memory_store(std::size_t max_keys)
     : shards_(shard_count), max_per_shard_(std::max<std::size_t>(1, max_keys / shard_count)) {}
-
-std::int64_t memory_store::now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 std::size_t memory_store::shard_of(std::string_view key) const {
   return std::hash<std::string_view>{}(key) % shard_count;
@@ -146,4 +141,4 @@ std::size_t memory_store::size() const {
   return n;
 }
 
-}  // namespace fg::limit
+}  // namespace fg::store

@@ -14,7 +14,11 @@
 #include "limit/decision.hpp"
 #include "obs/logging.hpp"
 
-namespace fg::limit {
+namespace fg::store {
+
+using limit::check;
+using limit::decision;
+using limit::key_state;
 
 // The embedded store: every algorithm in process, shared by all workers. Keys expire
 // like Redis keys and are reclaimed. The number of keys is capped (per shard, the cap
@@ -41,7 +45,6 @@ class memory_store {
   std::size_t size() const;
   // Keys evicted before they expired, since the start.
   std::uint64_t evictions() const { return evicted_total_.load(std::memory_order_relaxed); }
-  static std::int64_t now_ms();
 
  private:
   static constexpr std::size_t shard_count = 64;
@@ -71,4 +74,4 @@ class memory_store {
   obs::periodic_count evicted_;  // reported once per 5 s at most
 };
 
-}  // namespace fg::limit
+}  // namespace fg::store

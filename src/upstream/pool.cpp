@@ -7,12 +7,13 @@
 #include <spdlog/spdlog.h>
 
 #include <sys/socket.h>
+#include "util/asio.hpp"
 
 namespace fg::upstream {
 
-namespace asio = boost::asio;
+using util::use_tuple;
+
 using asio::ip::tcp;
-constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
 void pool::configure(const std::vector<config::upstream_config>& upstreams) {
   decltype(slots_) next;

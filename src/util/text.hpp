@@ -1,5 +1,6 @@
 #pragma once
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cstdint>
 #include <cstring>
@@ -40,12 +41,19 @@ inline std::string_view trim(std::string_view s) {
 
 // Copies `s` to `p` and returns the end: for text written straight into space reserved
 // up front (one resize, then puts) instead of one append per piece.
-// An HTTP token (RFC 9110 tchar+): a header name, a method.
+// RFC 9110 §5.6.2 tchar: what a method and a field name are made of.
+inline constexpr auto token_bytes = [] {
+  std::array<bool, 256> t{};
+  for (int c = '0'; c <= '9'; ++c) t[static_cast<std::size_t>(c)] = true;
+  for (int c = 'a'; c <= 'z'; ++c) t[static_cast<std::size_t>(c)] = t[static_cast<std::size_t>(c - 32)] = true;
+  for (char c : std::string_view("!#$%&'*+-.^_`|~")) t[static_cast<unsigned char>(c)] = true;
+  return t;
+}();
+inline bool is_tchar(unsigned char c) { return token_bytes[c]; }
+
+// An HTTP token (tchar+): a header name, a method.
 inline bool is_token(std::string_view s) {
-  static constexpr std::string_view extra = "!#$%&'*+-.^_`|~";
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || extra.find(c) != std::string_view::npos;
-  });
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return is_tchar(static_cast<unsigned char>(c)); });
 }
 
 // A configuration name (route, upstream, limit): 1-64 letters, digits, - _ .
@@ -60,10 +68,17 @@ inline char* put(char* p, std::string_view s) {
   return p + s.size();
 }
 
-// FNV-1a (64 bits) of `text` as 16 hex digits: stable across builds and machines.
+// FNV-1a (64 bits): stable across builds and machines. `basis` other than the standard
+// offset gives an independent lane.
+inline constexpr std::uint64_t fnv1a_prime = 1099511628211ull;
+inline std::uint64_t fnv1a(std::string_view text, std::uint64_t basis = 14695981039346656037ull) {
+  for (unsigned char ch : text) basis = (basis ^ ch) * fnv1a_prime;
+  return basis;
+}
+
+// FNV-1a of `text` as 16 hex digits.
 inline std::string fnv1a_hex(std::string_view text) {
-  std::uint64_t h = 14695981039346656037ull;
-  for (unsigned char ch : text) h = (h ^ ch) * 1099511628211ull;
+  std::uint64_t h = fnv1a(text);
   static constexpr char hex[] = "0123456789abcdef";
   std::string out(16, '0');
   for (int i = 15; i >= 0; --i, h >>= 4) out[static_cast<std::size_t>(i)] = hex[h & 0xf];

@@ -58,10 +58,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   boost::beast::error_code ec;
   parser.put(boost::asio::buffer(bytes.data(), n), ec);
   if (ec || !parser.is_header_done()) return 0;
-  const char* why = nullptr;
-  auto framing = fg::http::check_request_framing(parser.get().base(), why);
-  if (!framing && !why) std::abort();
-  if (framing && framing->type == fg::http::body_framing::kind::chunked) {
+  const auto verdict = fg::http::check_request_framing(parser.get().base());
+  if (verdict.accepted() && verdict.framing.type == fg::http::body_framing::kind::chunked) {
     chunk_vetter v;
     auto body = bytes.substr(n);
     for (std::size_t at = 0; at < body.size(); at += step)

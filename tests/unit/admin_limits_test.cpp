@@ -15,7 +15,7 @@
 
 #include "admin/limits_query.hpp"
 #include "admin/routes.hpp"
-#include "limit/inspector.hpp"
+#include "store/inspector.hpp"
 #include "config/config.hpp"
 #include "config/loader.hpp"
 #include "limit/decision.hpp"
@@ -171,7 +171,7 @@ struct fake_status final : fg::admin::status_source {
 };
 
 // Answers every check with `answer`, or fails with `ec`; counts its calls.
-struct fake_inspector final : fg::limit::inspector {
+struct fake_inspector final : fg::store::inspector {
   fg::limit::decision answer;
   boost::system::error_code ec;
   int calls = 0;

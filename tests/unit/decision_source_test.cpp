@@ -23,11 +23,14 @@
 
 #include "config/config.hpp"
 #include "limit/decision_source.hpp"
-#include "limit/memory_store.hpp"
+#include "store/memory_store.hpp"
 #include "limit/policy.hpp"
-#include "limit/redis_store.hpp"
-#include "limit/script.hpp"
-#include "limit/sources.hpp"
+#include "store/redis_batcher.hpp"
+#include "store/script_call.hpp"
+#include "limit/deny_cache.hpp"
+#include "store/limiter_script.hpp"
+#include "store/memory_source.hpp"
+#include "store/redis_source.hpp"
 #include "redis/connection.hpp"
 #include "limit_configs.hpp"
 
@@ -246,8 +249,8 @@ TEST_CASE("policy: no checks, no question; lease ids are unique and above the ba
 
 TEST_CASE("lease_guard: a request whose handling throws gives its concurrency lease back (memory)",
           "[limit][policy]") {
-  fg::limit::memory_store store;
-  fg::limit::memory_source mem(store);
+  fg::store::memory_store store;
+  fg::store::memory_source mem(store);
   fg::limit::policy p(mem, mem, nullptr, 0);
   route_fixture f({windowed(cfg::algorithm::concurrency, 1, 60000, "c")});
   auto handle = [&] {
@@ -316,12 +319,12 @@ TEST_CASE("lease_guard: a request whose handling throws gives its concurrency le
   cfg::redis_config rc;
   rc.addresses = {{"127.0.0.1", server.port}};
   rc.timeout = milliseconds(1000);
-  auto conn = std::make_shared<fg::redis::connection>(ioc.get_executor(), rc, fg::limit::limiter_script);
+  auto conn = std::make_shared<fg::redis::connection>(ioc.get_executor(), rc, fg::store::limiter_script);
   conn->start();
-  fg::limit::redis_batcher batcher(ioc.get_executor(), conn);
-  fg::limit::redis_source redis(batcher, "test-");
-  fg::limit::memory_store store;
-  fg::limit::memory_source mem(store);
+  fg::store::redis_batcher batcher(ioc.get_executor(), conn);
+  fg::store::redis_source redis(batcher, "test-");
+  fg::store::memory_store store;
+  fg::store::memory_source mem(store);
   fg::limit::policy p(redis, mem, nullptr, 0);
   route_fixture f({windowed(cfg::algorithm::concurrency, 1, 60000, "c")}, cfg::on_store_error::deny);
   f.call.checks[0].key = "fg-test:{c}";

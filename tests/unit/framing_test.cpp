@@ -53,9 +53,9 @@ checked check_raw(std::string_view raw) {
     return c;
   }
   REQUIRE(p.is_header_done());
-  const char* why = "";
-  c.framing = check_request_framing(p.get().base(), why);
-  c.why = why;
+  const auto v = check_request_framing(p.get().base());
+  if (v.accepted()) c.framing = v.framing;
+  c.why = v.refused;
   return c;
 }
 
@@ -70,10 +70,8 @@ bhttp::request_header<> make_header(unsigned version, std::initializer_list<std:
 }
 
 std::string why_rejected(const bhttp::request_header<>& h) {
-  const char* why = "";
-  auto f = check_request_framing(h, why);
-  if (f) return "<accepted>";
-  return why;
+  const auto v = check_request_framing(h);
+  return v.accepted() ? "<accepted>" : std::string(v.refused);
 }
 
 }  // namespace
@@ -229,11 +227,10 @@ TEST_CASE("check_request_framing: Content-Length bodies", "[framing]") {
 
     auto h = make_header(11, {{bhttp::field::host, "a"}, {bhttp::field::content_length, "7"},
                               {bhttp::field::content_length, " 7 "}});
-    const char* why = "";
-    auto f = check_request_framing(h, why);
-    REQUIRE(f);
-    CHECK(f->type == body_framing::kind::length);
-    CHECK(f->length == 7);
+    const auto v = check_request_framing(h);
+    REQUIRE(v.accepted());
+    CHECK(v.framing.type == body_framing::kind::length);
+    CHECK(v.framing.length == 7);
   }
 }
 

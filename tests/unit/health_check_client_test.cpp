@@ -8,7 +8,7 @@
 #include <chrono>
 #include <string>
 
-#include "admin/health_check.hpp"
+#include "admin/health_check_client.hpp"
 
 namespace admin = fg::admin;
 

@@ -8,13 +8,13 @@
 
 #include "config/config.hpp"
 #include "limit/decision.hpp"
-#include "limit/memory_store.hpp"
+#include "store/memory_store.hpp"
 #include "limit_configs.hpp"
 
 namespace cfg = fg::config;
 using fg::limit::check;
 using fg::limit::decision;
-using fg::limit::memory_store;
+using fg::store::memory_store;
 using std::chrono::milliseconds;
 
 using fg::test::rated;

@@ -13,11 +13,13 @@
 #include "config/config.hpp"
 #include "limit/algorithms.hpp"
 #include "limit/decision.hpp"
-#include "limit/headers.hpp"
+#include "limit/rate_headers.hpp"
 #include "limit/keys.hpp"
 #include "redis/slots.hpp"
-#include "limit/memory_store.hpp"
-#include "limit/redis_store.hpp"
+#include "store/memory_store.hpp"
+#include "store/redis_batcher.hpp"
+#include "store/script_call.hpp"
+#include "limit/deny_cache.hpp"
 #include "redis/connection.hpp"
 #include "limit_configs.hpp"
 
@@ -26,7 +28,7 @@
 namespace cfg = fg::config;
 using fg::limit::decision;
 using fg::limit::key_state;
-using fg::limit::memory_store;
+using fg::store::memory_store;
 using std::chrono::milliseconds;
 
 using fg::test::rated;
@@ -1155,7 +1157,7 @@ TEST_CASE("script_call: specs and shapes once per call, alike requests as one en
   fg::limit::check a{&fw, "k:a", 1}, a2{&fw, "k:a2", 1}, b{&sl, "k:b", 1}, c{&gc, "k:c", 2};
   std::vector<fg::limit::check> only_fw{a}, fw_sl{a, b}, fw_gc{a, c}, other_fw{a2};
 
-  fg::limit::script_call call;
+  fg::store::script_call call;
   auto s1 = call.add(only_fw, "n1");
   auto s2 = call.add(fw_sl, "n2");  // a sliding_log names entries after the nonce: its own entry
   auto s3 = call.add(only_fw, "n3");  // alike n1: the same entry, counted twice
@@ -1182,8 +1184,8 @@ TEST_CASE("script_call reads runs: a constant step per request, the limit from t
   auto fw = windowed(cfg::algorithm::fixed_window, 100, 60000);
   auto tb = rated(cfg::algorithm::token_bucket, 1, 1000, 7);
   std::vector<fg::limit::check> one_fw{{&fw, "a", 1}}, two{{&fw, "a", 1}, {&tb, "b", 1}};
-  fg::limit::script_call call;
-  std::vector<fg::limit::script_call::slot> alike;
+  fg::store::script_call call;
+  std::vector<fg::store::script_call::slot> alike;
   for (int i = 0; i < 4; ++i) alike.push_back(call.add(one_fw, ""));
   auto multi = call.add(two, "");
   call.finish();

@@ -6,28 +6,32 @@
 #include "config/config.hpp"
 #include "routing/route_table.hpp"
 
-using fg::match::normalize_host;
-using fg::match::normalize_target_path;
+using fg::routing::normalize_host;
+using fg::routing::normalize_target_path;
 using fg::routing::route_table;
 
 namespace {
 
-fg::config::route_config exact(std::string path, std::vector<std::string> methods = {}, std::string host = {}) {
-  fg::config::route_config r;
-  r.name = "exact " + path;
-  r.match.path = std::move(path);
-  r.match.methods = std::move(methods);
-  r.match.host = std::move(host);
-  return r;
+// A route as the table takes it.
+struct route {
+  std::string host;
+  std::vector<std::string> methods;
+  std::string path;
+  bool prefix = false;
+};
+
+route exact(std::string path, std::vector<std::string> methods = {}, std::string host = {}) {
+  return {std::move(host), std::move(methods), std::move(path), false};
 }
 
-fg::config::route_config prefix(std::string path, std::vector<std::string> methods = {}, std::string host = {}) {
-  fg::config::route_config r;
-  r.name = "prefix " + path;
-  r.match.path_prefix = std::move(path);
-  r.match.methods = std::move(methods);
-  r.match.host = std::move(host);
-  return r;
+route prefix(std::string path, std::vector<std::string> methods = {}, std::string host = {}) {
+  return {std::move(host), std::move(methods), std::move(path), true};
+}
+
+route_table table(std::initializer_list<route> routes) {
+  route_table t;
+  for (const auto& r : routes) t.add(r.host, r.methods, r.path, r.prefix);
+  return t;
 }
 
 // The route a request target takes in `t` (after normalize_target_path), for GET.
@@ -49,18 +53,17 @@ std::string norm(std::string_view target) {
 TEST_CASE("route_table: empty table matches nothing", "[routing]") {
   route_table empty;
   CHECK(empty.match("example.com", "GET", "/") == -1);
-  route_table none{std::vector<fg::config::route_config>{}};
-  CHECK(none.match("example.com", "GET", "/") == -1);
+  CHECK(table({}).match("example.com", "GET", "/") == -1);
 }
 
 TEST_CASE("route_table: first match in file order", "[routing]") {
-  route_table t({prefix("/api/"), prefix("/api/v1/"), exact("/api/v1/users"), prefix("/")});
+  auto t = table({prefix("/api/"), prefix("/api/v1/"), exact("/api/v1/users"), prefix("/")});
   CHECK(t.match("h", "GET", "/api/v1/users") == 0);  // earlier broader prefix wins
   CHECK(t.match("h", "GET", "/api/x") == 0);
   CHECK(t.match("h", "GET", "/other") == 3);
   CHECK(t.match("h", "GET", "/") == 3);
 
-  route_table t2({exact("/api/v1/users"), prefix("/api/v1/"), prefix("/api/")});
+  auto t2 = table({exact("/api/v1/users"), prefix("/api/v1/"), prefix("/api/")});
   CHECK(t2.match("h", "GET", "/api/v1/users") == 0);
   CHECK(t2.match("h", "GET", "/api/v1/users/1") == 1);
   CHECK(t2.match("h", "GET", "/api/v2") == 2);
@@ -68,7 +71,7 @@ TEST_CASE("route_table: first match in file order", "[routing]") {
 }
 
 TEST_CASE("route_table: exact vs prefix path", "[routing]") {
-  route_table t({exact("/login"), prefix("/static/")});
+  auto t = table({exact("/login"), prefix("/static/")});
   CHECK(t.match("h", "GET", "/login") == 0);
   // one trailing slash, as Spring MVC 5 serves it with the "/login" handler
   CHECK(t.match("h", "GET", "/login/") == 0);
@@ -81,27 +84,27 @@ TEST_CASE("route_table: exact vs prefix path", "[routing]") {
   CHECK(t.match("h", "GET", "/static/app.js") == 1);
   CHECK(t.match("h", "GET", "/static") == -1);
   CHECK(t.match("h", "GET", "/") == -1);
-  route_table slash({exact("/dir/"), exact("/")});
+  auto slash = table({exact("/dir/"), exact("/")});
   CHECK(slash.match("h", "GET", "/dir/") == 0);
   CHECK(slash.match("h", "GET", "/dir") == -1);
   CHECK(slash.match("h", "GET", "/dir//") == -1);
   CHECK(slash.match("h", "GET", "/") == 1);
 
   // A prefix is a plain string prefix, not a segment prefix.
-  route_table p({prefix("/api")});
+  auto p = table({prefix("/api")});
   CHECK(p.match("h", "GET", "/api") == 0);
   CHECK(p.match("h", "GET", "/api/x") == 0);
   CHECK(p.match("h", "GET", "/apiary") == 0);
   CHECK(p.match("h", "GET", "/ap") == -1);
 
   // Neither path nor path_prefix: an empty prefix, matching every path.
-  route_table any({prefix("")});
+  auto any = table({prefix("")});
   CHECK(any.match("h", "GET", "/") == 0);
   CHECK(any.match("h", "GET", "/anything/at/all") == 0);
 }
 
 TEST_CASE("route_table: method sets, empty = any", "[routing]") {
-  route_table t({prefix("/w/", {"POST", "PUT"}), prefix("/w/", {"GET"}), prefix("/any/")});
+  auto t = table({prefix("/w/", {"POST", "PUT"}), prefix("/w/", {"GET"}), prefix("/any/")});
   CHECK(t.match("h", "POST", "/w/1") == 0);
   CHECK(t.match("h", "PUT", "/w/1") == 0);
   CHECK(t.match("h", "GET", "/w/1") == 1);
@@ -114,14 +117,14 @@ TEST_CASE("route_table: method sets, empty = any", "[routing]") {
   CHECK(t.match("h", "BREW", "/any/x") == 2);
   // HEAD is served by GET handlers upstream, so a GET route takes it.
   CHECK(t.match("h", "HEAD", "/w/1") == 1);
-  route_table head_first({prefix("/w/", {"HEAD"}), prefix("/w/", {"GET"})});
+  auto head_first = table({prefix("/w/", {"HEAD"}), prefix("/w/", {"GET"})});
   CHECK(head_first.match("h", "HEAD", "/w/1") == 0);
-  route_table post_only({prefix("/w/", {"POST"}), prefix("/")});
+  auto post_only = table({prefix("/w/", {"POST"}), prefix("/")});
   CHECK(post_only.match("h", "HEAD", "/w/1") == 1);
 }
 
 TEST_CASE("route_table: host match is case-insensitive, ignores port and trailing dot", "[routing]") {
-  route_table t({prefix("/", {}, "api.example.com"), prefix("/", {}, "Admin.Example.COM."), prefix("/x/")});
+  auto t = table({prefix("/", {}, "api.example.com"), prefix("/", {}, "Admin.Example.COM."), prefix("/x/")});
   for (auto h : {"api.example.com", "API.EXAMPLE.COM", "Api.Example.Com:8080", "api.example.com.", "api.example.com.:443",
                  "api.example.com:"})
     CHECK(t.match(h, "GET", "/") == 0);
@@ -136,14 +139,14 @@ TEST_CASE("route_table: host match is case-insensitive, ignores port and trailin
   CHECK(t.match("www.example.com", "GET", "/x/1") == 2);
   CHECK(t.match("", "GET", "/x/1") == 2);
 
-  route_table v6({prefix("/", {}, "[::1]")});
+  auto v6 = table({prefix("/", {}, "[::1]")});
   CHECK(v6.match("[::1]:8080", "GET", "/") == 0);
   CHECK(v6.match("[::1]", "GET", "/") == 0);
   CHECK(v6.match("[::2]", "GET", "/") == -1);
 }
 
 TEST_CASE("route_table: all criteria must hold", "[routing]") {
-  route_table t({exact("/pay", {"POST"}, "shop.example"), prefix("/", {"GET"})});
+  auto t = table({exact("/pay", {"POST"}, "shop.example"), prefix("/", {"GET"})});
   CHECK(t.match("shop.example", "POST", "/pay") == 0);
   CHECK(t.match("other.example", "POST", "/pay") == -1);
   CHECK(t.match("shop.example", "GET", "/pay") == 1);
@@ -222,7 +225,7 @@ TEST_CASE("normalize_target_path: percent-encoded unreserved characters decoded"
   CHECK(norm("/admin%2Fx") == "/admin/x");
   CHECK(norm("/%2Fadmin") == "/admin");
 
-  route_table t({exact("/hello"), prefix("/admin/")});
+  auto t = table({exact("/hello"), prefix("/admin/")});
   CHECK(route_of(t, "/hell%6F") == 0);
   CHECK(route_of(t, "/%68ello?q=1") == 0);
   CHECK(route_of(t, "/x/../hello") == 0);
@@ -265,7 +268,7 @@ TEST_CASE("normalize_target_path: path parameters dropped, as servlet containers
   CHECK(norm("/a%3Bx/b") == "/a;x/b");
   CHECK(norm("http://h/api/login;x=1") == "/api/login");
 
-  route_table t({exact("/api/login"), prefix("/admin/"), prefix("/public/"), prefix("/")});
+  auto t = table({exact("/api/login"), prefix("/admin/"), prefix("/public/"), prefix("/")});
   CHECK(route_of(t, "/api/login;x=1") == 0);
   CHECK(route_of(t, "/api/login;jsessionid=1?a=b") == 0);
   CHECK(route_of(t, "/public/..;/admin/users") == 1);
