@@ -23,7 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import free_port, wait_port, cpu_seconds  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-PARTS = re.findall(r"/lua/(\w+)\.lua", (ROOT / "src" / "CMakeLists.txt").read_text())
+# The limiter's parts, in order: the FG_LUA_FILES list of src/CMakeLists.txt.
+PARTS = re.findall(r"/lua/(\w+)\.lua",
+                   re.search(r"set\(FG_LUA_FILES(.*?)\)", (ROOT / "src" / "CMakeLists.txt").read_text(), re.S)[1])
 SCRIPT = "\n".join((ROOT / "lua" / f"{p}.lua").read_text() for p in PARTS)
 ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
 CALLGRIND = "--callgrind" in sys.argv[1:]
