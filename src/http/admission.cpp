@@ -15,9 +15,8 @@ namespace fg::http {
 
 
 void admission::release_memory() {
-  for (auto* s : {&request_id, &path, &client_key, &abs_host, &abs_target}) std::string().swap(*s);
-  who = {};
-  std::vector<net::header_field>().swap(ip_fields);
+  for (auto* s : {&request_id, &path, &abs_host, &abs_target}) std::string().swap(*s);
+  client.release_memory();
 }
 
 namespace {
@@ -28,7 +27,8 @@ bool interpreted_underscore(const compiled_config& rt, const bhttp::request_head
     auto name = f.name_string();
     if (f.name() != bhttp::field::unknown || name.find('_') == std::string_view::npos) continue;
     // A configured identity header may itself be spelled with '_' (HTTP_CLIENT_IP).
-    if (std::any_of(rt.identity_fields.begin(), rt.identity_fields.end(),
+    const auto& fields = rt.client_ip.identity_fields();
+    if (std::any_of(fields.begin(), fields.end(),
                     [&](const auto& h) { return util::iequals(name, h); }))
       continue;
     for (const auto& h : rt.interpreted)
@@ -51,25 +51,14 @@ bool absolute_form(std::string_view target, admission& out) {
   return true;
 }
 
-// Identity: the peer unless it is a trusted proxy (then its forwarding headers).
-void identify(const compiled_config& rt, const bhttp::request_header<>& req, const peer_info& peer, admission& out) {
-  out.peer_trusted = rt.client_ip.is_trusted(peer.ip);
-  if (!out.peer_trusted) {
-    out.client_key.assign(peer.key);
-    return;
-  }
-  // All of them (the head's size bounds them): the last ones are what our proxy wrote,
-  // and a cap keeping the first would let a client push those out of sight.
-  out.ip_fields.clear();
-  for (const auto& f : req) {
-    for (const auto& name : rt.identity_fields)
+// The identity fields of a request (net::field_reader over a Beast header).
+void identity_fields(const void* req, std::span<const std::string> names, std::vector<net::header_field>& out) {
+  for (const auto& f : *static_cast<const bhttp::request_header<>*>(req))
+    for (const auto& name : names)
       if (util::iequals(f.name_string(), name)) {
-        out.ip_fields.push_back({f.name_string(), f.value()});
+        out.push_back({f.name_string(), f.value()});
         break;
       }
-  }
-  out.who = rt.client_ip.resolve(peer.ip, out.ip_fields);
-  out.client_key = out.who.key;
 }
 
 unsigned reject(std::string_view why, std::string_view peer) {
@@ -87,7 +76,7 @@ void admit(const compiled_config& rt, const bhttp::request_header<>& req, bool k
   out.body = {};
   out.route = -1;
   out.request_id.clear();
-  out.client_key.clear();
+  out.client.who.key.clear();
   out.abs_host.clear();
   out.abs_target.clear();
   out.expect = {};
@@ -131,7 +120,8 @@ void admit(const compiled_config& rt, const bhttp::request_header<>& req, bool k
     out.body = "{\"error\":\"no route\"}\n";
     return;
   }
-  identify(rt, req, peer, out);
+  const bool full = cfg.client_ip.forward_chain == config::client_ip_config::chain::full;
+  rt.client_ip.resolve(peer, {&identity_fields, &req}, full, out.client);
 }
 
 }  // namespace fg::http

@@ -24,25 +24,16 @@ struct admission {
   std::string_view expect;
   bool has_expect = false;
   bool has_upgrade = false;
-  bool peer_trusted = false;  // under this request's config snapshot
   std::string request_id;
   std::string path;        // normalized, for routing
-  std::string client_key;  // the identity limits count
   std::string abs_host, abs_target;  // an absolute-form target's authority and origin-form
-  std::vector<net::header_field> ip_fields;  // the identity fields a trusted proxy sent
-  net::client_identity who;                  // the resolved client, when the peer is trusted
+  net::client_view client;  // who the client is (limits count client.who.key), under this snapshot
 
   bool has_body() const { return framing.type != body_framing::kind::none; }
   void release_memory();
 };
 
-// The peer as the session knows it; `key` is its identity key under `rt` (cached by
-// the session per snapshot: it depends on ipv6_prefix).
-struct peer_info {
-  const net::address& ip;
-  std::string_view text;
-  std::string_view key;
-};
+using net::peer_info;
 
 // Judges a parsed request head under `rt`: framing (RFC 9112), Host, '_' spellings of
 // interpreted fields, the target's path and authority, the route, and the client's

@@ -18,11 +18,8 @@ std::shared_ptr<const compiled_config> compiled_config::build(config::snapshot c
   rt->client_ip = net::client_ip_resolver(std::move(trusted), cfg->client_ip.headers,
                                           static_cast<unsigned>(cfg->client_ip.ipv6_prefix));
   const auto& ci = cfg->client_ip;
-  rt->identity_fields = ci.headers;
-  for (std::string_view extra : {"X-Forwarded-For", "Forwarded"})
-    if (std::none_of(ci.headers.begin(), ci.headers.end(), [&](const auto& h) { return util::iequals(h, extra); }))
-      rt->identity_fields.emplace_back(extra);
-  rt->untrusted_drop = rt->identity_fields;
+  const auto& identity_fields = rt->client_ip.identity_fields();
+  rt->untrusted_drop = identity_fields;
   for (const char* h : {"X-Forwarded-Port", "X-Forwarded-Prefix", "X-Forwarded-Ssl", "X-Forwarded-Scheme",
                         "X-Forwarded-Server", "X-Forwarded-By", "X-Original-Forwarded-For", "X-Client-IP",
                         "True-Client-IP", "CF-Connecting-IP", "Fastly-Client-IP", "X-Cluster-Client-IP"})
@@ -33,7 +30,7 @@ std::shared_ptr<const compiled_config> compiled_config::build(config::snapshot c
                      "Keep-Alive", "Proxy-Connection", "Expect", "X-Forwarded-Proto", "X-Forwarded-Host",
                      "X-Forwarded-Port", "X-Forwarded-Prefix", "X-Forwarded-Ssl", "X-Request-Id", "Cookie",
                      "HTTP2-Settings"};
-  for (const auto& h : rt->identity_fields) rt->interpreted.push_back(h);
+  for (const auto& h : identity_fields) rt->interpreted.push_back(h);
   if (!ci.forward.empty()) rt->interpreted.push_back(ci.forward);
   for (const auto& r : cfg->routes)
     for (const auto& l : r.limits)

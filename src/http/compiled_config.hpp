@@ -15,9 +15,6 @@ struct compiled_config {
   config::snapshot cfg;
   routing::route_table routes;
   net::client_ip_resolver client_ip;
-  // Header fields read for the client's identity from a trusted proxy: the configured
-  // ones, and X-Forwarded-For and Forwarded (whose chains are rebuilt for the upstream).
-  std::vector<std::string> identity_fields;
   // Not forwarded from a peer that is no trusted proxy: the identity fields, and the
   // other forwarding claims that frameworks behind the gateway believe (Spring's
   // ForwardedHeaderFilter, Tomcat's RemoteIpValve) or that name a client.

@@ -1,281 +1,18 @@
 #include "http/session.hpp"
-#include "http/session_impl.hpp"
 
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/write.hpp>
 #include <spdlog/spdlog.h>
 
-#include <array>
 #include <optional>
 
-#include "http/responses.hpp"
-#include "limit/keys.hpp"
-#include "obs/access_log.hpp"
+#include "http/session_read.ipp"
+#include "http/session_upstream.ipp"
 #include "obs/logging.hpp"
-#include "obs/metrics.hpp"
 
-// Reading requests, local answers and the limits; the upstream exchange is session_upstream.cpp.
-// The aliases (asio, beast, bhttp, tcp, error_code, clock) come from session_impl.hpp.
+// The session over a TCP socket, and what the worker does with a connection: a session
+// while it reads or answers, parked while it idles between requests.
 namespace fg::http::detail {
-
-session::session(worker_context& ctx, tcp::socket socket, bool resumed)
-    : ctx_(ctx), socket_(std::move(socket)), buffer_(64 * 1024), requests_(resumed ? 1 : 0) {
-  error_code ec;
-  auto ep = socket_.remote_endpoint(ec);
-  if (!ec) peer_ = net::normalize(ep.address());
-  peer_str_ = peer_.to_string();
-  socket_.set_option(tcp::no_delay(true), ec);
-  watch_ = ctx_.deadlines.open(&socket_);
-}
-
-session::~session() {
-  // Whatever ended the request, its concurrency leases go back.
-  limit::lease_guard::release(limits_);
-  give_back_body_buf();
-  if (!parked_ && ctx_.connections) ctx_.connections->open.fetch_sub(1, std::memory_order_relaxed);
-}
-
-asio::awaitable<session::outcome> session::read_head(bool first) {
-  const auto& http = rt_->cfg->http;
-  const auto max = http.max_header_bytes;
-  scanner_.reset();
-  auto deadline = first ? deadline::after(http.header_timeout) : clock::time_point::max();
-  for (;;) {
-    // Tolerate empty lines between pipelined requests (RFC 9112 §2.2).
-    while (buffer_.size() >= 2 && static_cast<const char*>(buffer_.data().data())[0] == '\r' &&
-           static_cast<const char*>(buffer_.data().data())[1] == '\n')
-      buffer_.consume(2);
-    if (buffer_.size() > 0) {
-      watch_->idle = false;
-      if (deadline == clock::time_point::max()) deadline = deadline::after(http.header_timeout);
-      auto data = bytes_of(buffer_).substr(0, max + 1);
-      auto st = scanner_.scan(data);
-      if (st == head_scanner::state::complete) {
-        if (scanner_.head_size() > max) co_return co_await send_local(431, false);
-        break;
-      }
-      if (st == head_scanner::state::bad) {
-        spdlog::debug("{}: rejected request: {}", peer_str_, scanner_.error());
-        co_return co_await send_local(400, false);
-      }
-      if (buffer_.size() > max) co_return co_await send_local(431, false);
-    } else {
-      watch_->idle = true;
-      if (ctx_.draining) {
-        watch_->lean_at = clock::time_point::max();
-        co_return outcome::close;
-      }
-    }
-    watch_->arm_at(deadline == clock::time_point::max() ? deadline::after(http.idle_timeout) : deadline);
-    if (watch_->lean) {
-      // Idle for a while: wait for bytes with no buffer at all.
-      release_idle_memory();
-      auto [wec] = co_await socket_.async_wait(tcp::socket::wait_read, deferred_tuple);
-      watch_->lean = false;
-      if (wec && watch_->expired) {
-        watch_->idle = false;  // the sweeper must not take back the answer's write
-        if (!first) co_return outcome::close;
-        co_return co_await send_local(408, false);
-      }
-      if (wec) co_return outcome::closed;
-    }
-    if (buffer_.size() == 0) watch_->lean_at = deadline::after(deadline::lean_after);
-    // A head usually fits in 4 KiB: reads grow past that only for larger ones.
-    auto space = std::min<std::size_t>(buffer_.max_size() - buffer_.size(), buffer_.size() ? 16384 : 4096);
-    auto [ec, n] = co_await socket_.async_read_some(buffer_.prepare(space), deferred_tuple);
-    // The sweeper took back an idle read to wait without its buffer: between requests the
-    // connection is parked (no session at all), a new one waits here with nothing held.
-    if (ec == asio::error::operation_aborted && watch_->lean && !watch_->expired && !ctx_.draining) {
-      if (!first && buffer_.size() == 0) co_return outcome::park;
-      continue;
-    }
-    watch_->lean = false;
-    watch_->lean_at = clock::time_point::max();
-    if (ec && watch_->expired) {
-      // An idle keep-alive connection just closes; a slow or silent request head gets 408.
-      if (buffer_.size() == 0 && !first) co_return outcome::close;
-      co_return co_await send_local(408, false);
-    }
-    if (ec) co_return outcome::closed;
-    buffer_.commit(n);
-  }
-  if (!parse_head()) co_return co_await send_local(400, false);
-  watch_->idle = false;
-  co_return outcome::keep_going;
-}
-
-// Beast parses the head we have vetted.
-bool session::parse_head() {
-  parser_.emplace();
-  parser_->header_limit(static_cast<std::uint32_t>(rt_->cfg->http.max_header_bytes + 4));
-  parser_->body_limit(boost::none);
-  parser_->eager(false);
-  error_code ec;
-  auto used = parser_->put(asio::buffer(buffer_.data().data(), scanner_.head_size()), ec);
-  if (ec || !parser_->is_header_done()) {
-    spdlog::debug("{}: rejected request: {}", peer_str_, ec ? ec.message() : "incomplete head");
-    return false;
-  }
-  buffer_.consume(used);
-  parser_->eager(true);
-  return true;
-}
-
-asio::awaitable<bool> session::run() {
-  for (;;) {
-    if (rt_ != ctx_.rt) rt_ = ctx_.rt;
-    auto o = co_await read_head(requests_ == 0);
-    if (o == outcome::park) co_return true;
-    if (o == outcome::keep_going) {
-      // One request, in this frame (a frame per request costs an allocation's worth),
-      // under the configuration in effect when its head arrived, to its end: the
-      // snapshot (rt_) and the decision source that came with it (a reload may swap
-      // ctx_'s meanwhile; the worker keeps the old source while a request holds rt_).
-      if (rt_ != ctx_.rt) rt_ = ctx_.rt;
-      struct in_use {
-        http::limits_in_use* l;
-        explicit in_use(http::limits_in_use* p) : l(p) { ++l->requests; }
-        ~in_use() { --l->requests; }
-      } using_limits(ctx_.limits);
-      auto* limits = using_limits.l->source;
-      begin_request();
-      limit::lease_guard leases(limits_);  // given back when the request ends, however
-      auto st = ad_.status ? limit::status::ok : ask_limits(*limits);
-      if (st == limit::status::pending) {
-        auto [ec] = co_await limits->wait(limits_);
-        st = limits->finish(limits_, ec);
-      }
-      if (ad_.status) o = co_await send_local(ad_.status, ad_.keep_alive, ad_.body);
-      else if (st == limit::status::over_limit) {
-        const auto& r = limits_.route->response;
-        o = co_await send_local(r.status, keeps_after_refusal(), r.body, limits_.headers, r.content_type);
-      } else if (st == limit::status::error) {
-        o = co_await send_local(503, keeps_after_refusal(), {}, "Retry-After: 1\r\n");
-      }
-      else o = co_await forward();
-      give_back_body_buf();
-    }
-    if (o == outcome::close) co_await lingering_close();
-    if (o != outcome::keep_going) break;
-  }
-  error_code ec;
-  socket_.close(ec);
-  co_return false;
-}
-
-void session::begin_request() {
-  ++requests_;
-  if (ctx_.access && ctx_.access->enabled()) started_ = clock::now();
-  bytes_in_ = bytes_out_ = 0;
-  upstream_ms_ = -1;
-  limits_.headers.clear();
-  if (peer_key_rt_ != rt_) peer_key_ = rt_->client_ip.key_of(peer_), peer_key_rt_ = rt_;
-  admit(*rt_, parser_->get().base(), parser_->keep_alive(), {peer_, peer_str_, peer_key_}, ad_);
-}
-
-void session::release_idle_memory() {
-  buffer_.shrink_to_fit();  // empty: gives the storage back
-  parser_.release();
-  rp_.release();
-  give_back_body_buf();
-  for (auto* s : {&head_out_, &xff_, &forwarded_, &client_ip_text_}) std::string().swap(*s);
-  ad_.release_memory();
-  limits_.release_memory();
-}
-
-asio::awaitable<void> session::lingering_close() {
-  // Half-close, then drain what the client is still sending so that our response is
-  // not destroyed by a reset; bounded in time and bytes.
-  error_code ec;
-  socket_.shutdown(tcp::socket::shutdown_send, ec);
-  if (ec) co_return;
-  auto until = clock::now() + std::chrono::seconds(2);
-  std::size_t total = 0;
-  char sink[4096];
-  while (total < 4 * 1024 * 1024) {
-    watch_->arm_at(until);
-    auto [rec, n] = co_await socket_.async_read_some(asio::buffer(sink), deferred_tuple);
-    if (rec) break;
-    total += n;
-  }
-}
-
-asio::awaitable<session::outcome> session::send_local(unsigned status, bool keep_alive, std::string_view body,
-                                                     std::string_view extra, std::string_view content_type) {
-  bool head = parser_ && parser_->is_header_done() && parser_->get().method() == bhttp::verb::head;
-  keep_alive = keep_alive && !ctx_.draining;
-  local_response r;
-  r.status = status;
-  r.body = body;
-  r.keep_alive = keep_alive;
-  r.request_id = ad_.request_id;
-  r.head = head;
-  r.extra = extra;
-  if (!content_type.empty()) r.content_type = content_type;
-  auto text = render(r);
-  if (parser_ && parser_->is_header_done()) log_request(status);
-  else if (requests_ == 0 || buffer_.size()) {
-    // Rejected before a request head was parsed: still counted, and one access-log line.
-    if (ctx_.metrics) ctx_.metrics->request(obs::metrics_layout::none, status);
-    started_ = clock::now();
-    auto* log = ctx_.access.get();
-    if (log && log->enabled())
-      log->write({peer_str_, "-", "-", status, 0, 0, -1, 0, ad_.request_id, ""});
-  }
-  std::array<asio::const_buffer, 1> bufs{asio::buffer(text)};
-  auto [ec, n] = co_await write_down(bufs);
-  if (timed(*watch_, ec)) co_return outcome::closed;
-  co_return keep_alive ? outcome::keep_going : outcome::close;
-}
-
-void session::log_request(unsigned status) {
-  if (ctx_.metrics)
-    ctx_.metrics->request(
-        ad_.route >= 0 ? rt_->cfg->routes[static_cast<std::size_t>(ad_.route)].slot : obs::metrics_layout::none, status);
-  auto* log = ctx_.access.get();
-  if (!log || !log->enabled()) return;
-  const auto& req = parser_->get();
-  obs::access_record r;
-  r.client_ip = ad_.client_key.empty() ? std::string_view(peer_str_) : std::string_view(ad_.client_key);
-  r.method = req.method_string();
-  r.target = req.target();
-  r.status = status;
-  r.bytes_in = bytes_in_;
-  r.bytes_out = bytes_out_;
-  r.upstream_ms = upstream_ms_;
-  r.total_ms = std::chrono::duration<double, std::milli>(clock::now() - started_).count();
-  r.request_id = ad_.request_id;
-  if (ad_.route >= 0) r.route = rt_->cfg->routes[static_cast<std::size_t>(ad_.route)].name;
-  log->write(r);
-}
-
-
-namespace {
-std::optional<std::string_view> lookup_header(const void* ctx, std::string_view name) {
-  const auto& h = *static_cast<const bhttp::fields*>(ctx);
-  auto it = h.find(name);
-  if (it == h.end()) return std::nullopt;
-  return std::string_view(it->value());
-}
-}  // namespace
-
-limit::status session::ask_limits(limit::decision_source& source) {
-  const auto& route = rt_->cfg->routes[static_cast<std::size_t>(ad_.route)];
-  if (route.limits.empty()) return limit::status::ok;
-  const auto& req = parser_->get();
-  limit::request_parts parts;
-  parts.client = ad_.client_key;
-  std::string_view target = req.target();
-  if (auto q = target.find('?'); q != std::string_view::npos) parts.query = target.substr(q + 1);
-  parts.header = &lookup_header;
-  parts.header_ctx = static_cast<const bhttp::fields*>(&req.base());
-  limits_.route = &route;
-  limits_.client = ad_.client_key;
-  limit::build_checks(limits_.checks, rt_->cfg->redis.key_prefix, route, parts, limit::cluster_keys(*rt_->cfg));
-  return source.start(limits_);
-}
-
+template class session<tcp::socket>;
 }  // namespace fg::http::detail
 
 namespace fg::http {
@@ -321,7 +58,11 @@ boost::asio::awaitable<void> serve(worker_context& ctx, tcp::socket socket, bool
   std::optional<tcp::socket> idle;
   std::chrono::steady_clock::time_point deadline;
   {
-    detail::session s(ctx, std::move(socket), resumed);
+    error_code ec;
+    net::address peer;
+    if (auto ep = socket.remote_endpoint(ec); !ec) peer = net::normalize(ep.address());
+    socket.set_option(tcp::no_delay(true), ec);
+    detail::session<tcp::socket> s(ctx, std::move(socket), peer, resumed);
     // (GCC 12: no co_await inside a condition.)
     const bool to_park = co_await s.run();
     if (to_park) {

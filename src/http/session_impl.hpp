@@ -1,6 +1,8 @@
 #pragma once
-// The session class, shared by session.cpp (reading, local answers, the limits) and
-// session_upstream.cpp (the upstream exchange). Beast-heavy: include only from those.
+// The session class template, over its downstream stream: a TCP socket in the product,
+// a beast::test::stream in its unit tests. Its members are defined in session_read.ipp
+// (reading, local answers, the limits) and session_upstream.ipp (the upstream exchange),
+// instantiated for tcp::socket in session.cpp. Beast-heavy: include only from those.
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -12,6 +14,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 
 #include "http/admission.hpp"
 #include "http/body_write.hpp"
@@ -44,6 +47,29 @@ inline error_code timed(const deadline::entry& e, error_code ec) {
   return ec && e.expired ? error_code(beast::error::timeout) : ec;
 }
 
+// What the session asks of its downstream stream beyond reading and writing. Only a
+// socket has waits the deadline sweeper cancels, idle waits with no buffer (lean),
+// parking and tunnels; a test stream has reads and writes, and close().
+template <class Stream>
+inline constexpr bool is_socket = std::is_same_v<Stream, tcp::socket>;
+template <class Stream>
+tcp::socket* socket_of(Stream& s) {
+  if constexpr (is_socket<Stream>) return &s;
+  else return nullptr;
+}
+// Ends our sending side (a socket's half-close).
+template <class Stream>
+void half_close(Stream& s, error_code& ec) {
+  if constexpr (is_socket<Stream>) s.shutdown(tcp::socket::shutdown_send, ec);
+  else s.close();
+}
+template <class Stream>
+void close_stream(Stream& s) {
+  error_code ec;
+  if constexpr (is_socket<Stream>) s.close(ec);
+  else s.close();
+}
+
 // An optional T kept on the heap, so that an idle connection can give its storage
 // back (release()) while a busy one reuses it request after request.
 template <class T>
@@ -63,15 +89,17 @@ class lazy_optional {
   std::unique_ptr<std::optional<T>> box_;
 };
 
+template <class Stream>
 class session {
  public:
-  session(worker_context& ctx, tcp::socket socket, bool resumed);
+  // `peer`: the client's address (normalized), for identity and logs.
+  session(worker_context& ctx, Stream stream, const net::address& peer, bool resumed);
   ~session();
 
   // True when the connection is to be parked (idle between requests): then take its
   // socket with release_socket() and its deadline with idle_deadline().
   asio::awaitable<bool> run();
-  tcp::socket release_socket() {
+  Stream release_socket() {
     parked_ = true;
     return std::move(socket_);
   }
@@ -80,7 +108,7 @@ class session {
  private:
   enum class outcome { keep_going, close, closed, park };
 
-  // session.cpp: the request head, local answers, the limits.
+  // session_read.ipp: the request head, local answers, the limits.
   asio::awaitable<outcome> read_head(bool first);
   bool parse_head();
   // Admits the request just read (http/admission.hpp).
@@ -108,7 +136,7 @@ class session {
     return asio::async_write(socket_, bufs, deferred_tuple);
   }
 
-  // session_upstream.cpp: the upstream exchange.
+  // session_upstream.ipp: the upstream exchange.
   asio::awaitable<outcome> forward();
   void build_request_head(const config::route_config& route, bool upgrade);
   // What reading a body's first piece came to: its size, the status to answer instead
@@ -138,7 +166,7 @@ class session {
   }
 
   worker_context& ctx_;
-  tcp::socket socket_;
+  Stream socket_;
   beast::flat_buffer buffer_;
   net::address peer_;
   std::string peer_str_;
@@ -151,7 +179,6 @@ class session {
   std::string head_out_;
   body_write writes_;  // the buffers of the body write in flight
   admission ad_;
-  std::string xff_, forwarded_, client_ip_text_;  // what the upstream is told (see forwarder.hpp)
   chunk_vetter vetter_;
   chunk_vetter* up_vet_ = nullptr;  // the upstream response's, while its chunked body is read
   std::string peer_key_;

@@ -73,6 +73,44 @@ client_ip_resolver::client_ip_resolver(cidr_set trusted, std::vector<std::string
     else if (iequals(h, "Forwarded")) kinds_.push_back(kind::forwarded);
     else kinds_.push_back(kind::single);
   }
+  fields_ = headers_;
+  for (std::string_view extra : {"X-Forwarded-For", "Forwarded"})
+    if (std::none_of(fields_.begin(), fields_.end(), [&](const auto& h) { return iequals(h, extra); }))
+      fields_.emplace_back(extra);
+}
+
+field_reader listed_fields(const std::span<const header_field>& fields) {
+  return {[](const void* ctx, std::span<const std::string> names, std::vector<header_field>& out) {
+            for (const auto& f : *static_cast<const std::span<const header_field>*>(ctx))
+              if (std::any_of(names.begin(), names.end(), [&](const auto& n) { return iequals(f.name, n); }))
+                out.push_back(f);
+          },
+          &fields};
+}
+
+void client_view::release_memory() {
+  for (auto* s : {&who.key, &who_text, &xff, &forwarded}) std::string().swap(*s);
+  std::vector<header_field>().swap(fields);
+}
+
+void client_ip_resolver::resolve(const peer_info& peer, field_reader read, bool full, client_view& out) const {
+  out.peer_trusted = trusted_.contains(peer.ip);
+  out.xff.clear();
+  out.forwarded.clear();
+  out.who_text.clear();
+  out.fields.clear();
+  if (!out.peer_trusted) {
+    out.who.ip = peer.ip;
+    out.who.key.assign(peer.key);
+    out.who.from_header = false;
+    return;
+  }
+  // All of them (the head's size bounds them): the last ones are what our proxy wrote,
+  // and a cap keeping the first would let a client push those out of sight.
+  read.read(read.ctx, fields_, out.fields);
+  out.who = from_headers(peer, out.fields);
+  chains(peer.text, out.fields, out.who, full, out.xff, out.forwarded);
+  if (out.who.from_header) out.who_text = out.who.ip.to_string();
 }
 
 std::optional<address> client_ip_resolver::from_list(std::span<const header_field> fields, std::string_view name,
@@ -111,19 +149,13 @@ std::ptrdiff_t client_ip_resolver::client_hop(std::span<const std::string_view> 
   return leftmost_trusted;
 }
 
-void client_ip_resolver::forwarding(const address& peer, std::string_view peer_text,
-                                    std::span<const header_field> fields, const client_identity& who, bool full,
-                                    std::string& xff, std::string& forwarded) const {
-  xff.clear();
-  forwarded.clear();
+// The peer is trusted (resolve() checked).
+void client_ip_resolver::chains(std::string_view peer_text, std::span<const header_field> fields,
+                                const client_identity& who, bool full, std::string& xff, std::string& forwarded) const {
   auto join = [](std::string& out, std::string_view piece) {
     if (!out.empty()) out.append(", ");
     out.append(piece);
   };
-  if (!trusted_.contains(normalize(peer))) {
-    xff.assign(peer_text);
-    return;
-  }
   std::vector<std::string_view> hops;
   for (const auto& f : fields)
     if (iequals(f.name, "X-Forwarded-For")) split_list(f.value, [&](std::string_view v) { hops.push_back(v); }, false);
@@ -155,14 +187,11 @@ void client_ip_resolver::forwarding(const address& peer, std::string_view peer_t
     for (auto j = static_cast<std::size_t>(k); j < elements.size(); ++j) join(forwarded, elements[j]);
 }
 
-client_identity client_ip_resolver::resolve(const address& peer, std::span<const header_field> fields) const {
-  auto p = normalize(peer);
-  if (trusted_.contains(p)) {
-    for (std::size_t i = 0; i < headers_.size(); ++i) {
-      if (auto a = from_list(fields, headers_[i], kinds_[i])) return {*a, key_of(*a), true};
-    }
-  }
-  return {p, key_of(p), false};
+// The peer is trusted (resolve() checked).
+client_identity client_ip_resolver::from_headers(const peer_info& peer, std::span<const header_field> fields) const {
+  for (std::size_t i = 0; i < headers_.size(); ++i)
+    if (auto a = from_list(fields, headers_[i], kinds_[i])) return {*a, key_of(*a), true};
+  return {peer.ip, std::string(peer.key), false};
 }
 
 std::string client_ip_resolver::key_of(const address& a) const {

@@ -44,12 +44,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       if ((c < 0x20 && c != '\t') || c == 0x7f) return 0;
     fields.push_back({names[i % 5], v});
   }
-  auto who = r.resolve(*peer, fields);
-  if (who.key.empty()) std::abort();
-  std::string xff, fwd;
-  r.forwarding(*peer, peer_text, fields, who, flags & 32, xff, fwd);
+  const auto p = fg::net::normalize(*peer);
+  const auto text = p.to_string();
+  const auto key = r.key_of(p);
+  const std::span<const header_field> listed(fields);
+  fg::net::client_view view;
+  r.resolve({p, text, key}, fg::net::listed_fields(listed), flags & 32, view);
+  if (view.who.key.empty()) std::abort();
   // Nothing forwarded may break a header line.
-  for (const auto& v : {xff, fwd})
+  for (const auto& v : {view.xff, view.forwarded})
     if (v.find_first_of("\r\n") != std::string::npos || v.find('\0') != std::string::npos) std::abort();
   std::vector<std::string_view> fors;
   for (const auto& f : fields) forwarded_for_values(f.value, fors);

@@ -32,7 +32,7 @@ def main():
     seen = {}
     problems = []
     for f in sorted(SRC.rglob("*")):
-        if f.suffix not in (".cpp", ".hpp") or f.parent == SRC:
+        if f.suffix not in (".cpp", ".hpp", ".ipp") or f.parent == SRC:
             continue
         folder = f.relative_to(SRC).parts[0]
         if folder not in allowed:

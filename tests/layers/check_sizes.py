@@ -39,7 +39,7 @@ def functions(lines):
 def main():
     problems = []
     for f in sorted(SRC.rglob("*")):
-        if f.suffix not in (".cpp", ".hpp"):
+        if f.suffix not in (".cpp", ".hpp", ".ipp"):
             continue
         lines = f.read_text(errors="replace").splitlines()
         rel = f.relative_to(SRC)

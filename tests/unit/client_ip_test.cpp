@@ -28,6 +28,18 @@ cidr_set make_set(const std::vector<std::string>& cidrs) {
   return set;
 }
 
+// The one resolution, as a session makes it: the peer normalized and keyed first.
+fg::net::client_view resolve(const client_ip_resolver& r, const char* peer, const std::vector<header_field>& fields,
+                             bool full = false) {
+  const auto a = fg::net::normalize(ip(peer));
+  const auto text = a.to_string();
+  const auto key = r.key_of(a);
+  const std::span<const header_field> listed(fields);
+  fg::net::client_view v;
+  r.resolve({a, text, key}, fg::net::listed_fields(listed), full, v);
+  return v;
+}
+
 const std::vector<std::string> kTrusted = {"10.0.0.0/8", "2001:db8:ffff::/48"};
 const std::vector<std::string> kAll = {"X-Forwarded-For",    "Forwarded",      "X-Real-IP",
                                        "Proxy-Client-IP",    "WL-Proxy-Client-IP", "HTTP_CLIENT_IP"};
@@ -259,7 +271,7 @@ TEST_CASE("client_ip_resolver: table of peers, trusted proxies and headers", "[c
       INFO("case: " << c.description);
       INFO("peer: " << c.peer << ", ipv6_prefix: " << c.ipv6_prefix << ", fields:" << describe(c.fields));
       client_ip_resolver resolver(make_set(c.trusted), c.headers, c.ipv6_prefix);
-      auto id = resolver.resolve(ip(c.peer), c.fields);
+      auto id = resolve(resolver, c.peer, c.fields).who;
       CHECK(id.key == c.expected_key);
       CHECK(id.from_header == c.expected_from_header);
       CHECK(resolver.key_of(id.ip) == id.key);
@@ -269,24 +281,25 @@ TEST_CASE("client_ip_resolver: table of peers, trusted proxies and headers", "[c
 
 TEST_CASE("client_ip_resolver: resolved address and trust", "[client_ip]") {
   client_ip_resolver resolver(make_set(kTrusted), kAll, 64);
-  CHECK(resolver.is_trusted(ip("10.200.0.1")));
-  CHECK(resolver.is_trusted(ip("::ffff:10.200.0.1")));
-  CHECK_FALSE(resolver.is_trusted(ip("203.0.113.7")));
-  CHECK(resolver.headers() == kAll);
+  const std::vector<header_field> none;
+  CHECK(resolve(resolver, "10.200.0.1", none).peer_trusted);
+  CHECK(resolve(resolver, "::ffff:10.200.0.1", none).peer_trusted);
+  CHECK_FALSE(resolve(resolver, "203.0.113.7", none).peer_trusted);
+  CHECK(resolver.identity_fields() == kAll);
 
   std::vector<header_field> fields = {{"X-Forwarded-For", "2001:db8:1:2:3:4:5:6, 10.0.0.2"}};
-  auto id = resolver.resolve(ip("::ffff:10.0.0.1"), fields);
+  auto id = resolve(resolver, "::ffff:10.0.0.1", fields).who;
   CHECK(id.ip == ip("2001:db8:1:2:3:4:5:6"));  // the address itself, the key is the network
   CHECK(id.key == "2001:db8:1:2::/64");
   CHECK(id.from_header);
 
-  auto peer = resolver.resolve(ip("::ffff:203.0.113.7"), fields);
+  auto peer = resolve(resolver, "::ffff:203.0.113.7", fields).who;
   CHECK(peer.ip == ip("203.0.113.7"));
   CHECK(peer.ip.is_v4());
   CHECK_FALSE(peer.from_header);
 
   client_ip_resolver defaulted;  // no trusted proxies, no headers
-  auto d = defaulted.resolve(ip("10.0.0.1"), fields);
+  auto d = resolve(defaulted, "10.0.0.1", fields).who;
   CHECK(d.key == "10.0.0.1");
   CHECK_FALSE(d.from_header);
   CHECK(defaulted.key_of(ip("2001:db8::1")) == "2001:db8::1");
@@ -502,13 +515,12 @@ TEST_CASE("forwarded_for_values", "[client_ip]") {
   }
 }
 
-TEST_CASE("client_ip_resolver::forwarding: what the upstream is told", "[client_ip]") {
+TEST_CASE("client_ip_resolver::resolve: what the upstream is told", "[client_ip]") {
   client_ip_resolver r(make_set(kTrusted), kAll, 128);
   auto tell = [&](const char* peer, std::vector<header_field> fields, bool full) {
-    auto who = r.resolve(ip(peer), fields);
-    std::string xff, fwd;
-    r.forwarding(ip(peer), peer, fields, who, full, xff, fwd);
-    return std::pair{xff, fwd};
+    // As the forwarder sends them: X-Forwarded-For is the peer alone when none is given.
+    auto v = resolve(r, peer, fields, full);
+    return std::pair{v.xff.empty() ? std::string(peer) : v.xff, v.forwarded};
   };
   SECTION("an untrusted peer's chain is dropped whole") {
     auto [xff, fwd] = tell("203.0.113.7", {{"X-Forwarded-For", "6.6.6.6"}, {"Forwarded", "for=6.6.6.6"}}, false);
