@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "admin/limits_query.hpp"
+#include "admin_fakes.hpp"
 #include "admin/routes.hpp"
 #include "store/inspector.hpp"
 #include "config/config.hpp"
@@ -44,11 +45,7 @@ unsigned parse_status(std::string_view target) {
   return bad ? bad->status : 200;
 }
 
-cfg::snapshot load(const std::string& text) {
-  auto r = cfg::load_string(text, "test.yaml");
-  for (const auto& e : r.errors) FAIL(e.str());
-  return r.cfg;
-}
+using fg::test::load;
 
 const std::string kRoutes = R"(upstreams:
   api:
@@ -162,13 +159,7 @@ TEST_CASE("/limits builds the keys a request with the same attributes uses", "[a
 
 namespace {
 
-struct fake_status final : fg::admin::status_source {
-  cfg::snapshot cfg;
-  cfg::snapshot current_config() const override { return cfg; }
-  fg::admin::readiness ready() const override { return {true, {}, {}}; }
-  std::string metrics() const override { return {}; }
-  void reload(std::function<void(fg::admin::reload_outcome)> done) override { done({}); }
-};
+using fg::test::fake_status;
 
 // Answers every check with `answer`, or fails with `ec`; counts its calls.
 struct fake_inspector final : fg::store::inspector {
@@ -184,16 +175,8 @@ struct fake_inspector final : fg::store::inspector {
   }
 };
 
-fg::admin::reply serve(const std::string& target, fake_status& s, fake_inspector* insp,
-                       const char* method = "GET") {
-  boost::asio::io_context ioc;
-  fg::admin::reply out;
-  const fg::admin::services with{insp};
-  boost::asio::co_spawn(
-      ioc, [&]() -> boost::asio::awaitable<void> { out = co_await fg::admin::serve(method, target, s, with); },
-      boost::asio::detached);
-  ioc.run();
-  return out;
+fg::admin::reply serve(const std::string& target, fake_status& s, fake_inspector* insp, const char* method = "GET") {
+  return fg::test::serve(method, target, s, {insp});
 }
 
 }  // namespace

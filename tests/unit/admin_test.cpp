@@ -14,6 +14,7 @@
 #include "admin/config_json.hpp"
 #include "admin/routes.hpp"
 #include "config/loader.hpp"
+#include "admin_fakes.hpp"
 
 namespace json = boost::json;
 namespace cfg = fg::config;
@@ -55,36 +56,9 @@ routes:
         window: 1m
 )";
 
-cfg::snapshot load(const std::string& text) {
-  auto r = cfg::load_string(text, "test.yaml");
-  for (const auto& e : r.errors) FAIL(e.str());
-  return r.cfg;
-}
-
-struct fake_status final : fg::admin::status_source {
-  cfg::snapshot cfg;
-  fg::admin::readiness state{true, {}, {}};
-  cfg::snapshot current_config() const override { return cfg; }
-  fg::admin::readiness ready() const override { return state; }
-  std::string metrics() const override { return "# TYPE x counter\nx 1\n"; }
-  fg::admin::reload_outcome next_reload{true, "abc", {}, {}};
-  int reloads = 0;
-  void reload(std::function<void(fg::admin::reload_outcome)> done) override {
-    ++reloads;
-    done(next_reload);
-  }
-};
-
-// serve(), run to completion on an io_context of its own.
-fg::admin::reply serve(const char* method, const std::string& target, fake_status& s) {
-  boost::asio::io_context ioc;
-  fg::admin::reply out;
-  boost::asio::co_spawn(
-      ioc, [&]() -> boost::asio::awaitable<void> { out = co_await fg::admin::serve(method, target, s, {}); },
-      boost::asio::detached);
-  ioc.run();
-  return out;
-}
+using fg::test::fake_status;
+using fg::test::load;
+using fg::test::serve;
 
 }  // namespace
 

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <string>
@@ -39,6 +40,44 @@ namespace {
 decision eval(const cfg::limit_config& c, key_state& s, std::int64_t now, std::uint64_t cost = 1,
               std::uint64_t lease = 0) {
   return fg::limit::evaluate(c, s, now, cost, true, lease);
+}
+
+// One decision the key's state must give at `at` (cost 1 and no lease unless given): allowed
+// or not, and the numbers given (a negative one is not checked).
+struct step {
+  std::int64_t at;
+  bool allowed;
+  std::int64_t remaining = -1, reset_ms = -1, retry_ms = -1;
+  std::uint64_t cost = 1, lease = 0;
+};
+
+// Evaluates (and commits) one step on `s`, checks it and returns the decision for more checks.
+decision expect_step(const cfg::limit_config& c, key_state& s, const step& want) {
+  INFO("at " << want.at << " ms, cost " << want.cost << ", lease " << want.lease);
+  auto d = eval(c, s, want.at, want.cost, want.lease);
+  CHECK(d.allowed == want.allowed);
+  if (want.remaining >= 0) CHECK(d.remaining == static_cast<std::uint64_t>(want.remaining));
+  if (want.reset_ms >= 0) CHECK(d.reset_ms == want.reset_ms);
+  if (want.retry_ms >= 0) CHECK(d.retry_ms == want.retry_ms);
+  return d;
+}
+
+// The steps, in order, on one key's state.
+void expect_steps(const cfg::limit_config& c, key_state& s, std::initializer_list<step> steps) {
+  for (const auto& want : steps) expect_step(c, s, want);
+}
+
+// 3/s with burst 1 (a token, or the emission interval T, every 333.3 ms), on a fresh key: the
+// wait for the next turn rounds up to 334 ms.
+void expect_retry_rounds_up(cfg::algorithm algo) {
+  auto c = rated(algo, 3, 1000, 1);
+  key_state s;
+  expect_steps(c, s, {
+      {.at = 0, .allowed = true},
+      {.at = 0, .allowed = false, .retry_ms = 334},
+      {.at = 333, .allowed = false, .retry_ms = 1},
+      {.at = 334, .allowed = true},
+  });
 }
 
 // How many requests of `cost` are admitted at `now` (committing each) before the first denial.
@@ -121,41 +160,24 @@ TEST_CASE("fixed_window admits exactly the limit per window, counting down", "[l
   auto c = windowed(cfg::algorithm::fixed_window, 3, 1000);
   key_state s;
 
-  auto d = eval(c, s, 100);  // the window starts here: [100, 1100)
-  CHECK(d.allowed);
+  // the window starts here: [100, 1100)
+  auto d = expect_step(c, s, {.at = 100, .allowed = true, .remaining = 2, .reset_ms = 1000});
   CHECK(d.limit == 3);
-  CHECK(d.remaining == 2);
-  CHECK(d.reset_ms == 1000);
   CHECK(s.expires_at == 1100);
 
-  d = eval(c, s, 400);
-  CHECK(d.allowed);
-  CHECK(d.remaining == 1);
-  CHECK(d.reset_ms == 700);
-
-  d = eval(c, s, 600);
-  CHECK(d.allowed);
-  CHECK(d.remaining == 0);
-  CHECK(d.reset_ms == 500);
-
-  d = eval(c, s, 700);
-  CHECK_FALSE(d.allowed);
-  CHECK(d.remaining == 0);
-  CHECK(d.retry_ms == 400);
-  CHECK(d.reset_ms == 400);
+  expect_steps(c, s, {
+      {.at = 400, .allowed = true, .remaining = 1, .reset_ms = 700},
+      {.at = 600, .allowed = true, .remaining = 0, .reset_ms = 500},
+      {.at = 700, .allowed = false, .remaining = 0, .reset_ms = 400, .retry_ms = 400},
+  });
   // A denied request (even with commit) records nothing.
   CHECK(s.count == 3);
   CHECK(s.expires_at == 1100);
 
-  d = eval(c, s, 1099);
-  CHECK_FALSE(d.allowed);
-  CHECK(d.retry_ms == 1);
+  expect_step(c, s, {.at = 1099, .allowed = false, .retry_ms = 1});
 
   // The window edge: a fresh window starts with this request.
-  d = eval(c, s, 1100);
-  CHECK(d.allowed);
-  CHECK(d.remaining == 2);
-  CHECK(d.reset_ms == 1000);
+  expect_step(c, s, {.at = 1100, .allowed = true, .remaining = 2, .reset_ms = 1000});
   CHECK(s.count == 1);
   CHECK(s.expires_at == 2100);
   CHECK(admit_all(c, s, 1500) == 2);
@@ -170,22 +192,15 @@ TEST_CASE("fixed_window without commit records nothing; cost > 1", "[limit]") {
   CHECK(s.count == 0);
   CHECK(s.expires_at == 0);
 
-  d = eval(c, s, 0, 4);
-  CHECK(d.allowed);
-  CHECK(d.remaining == 6);
-  d = eval(c, s, 1, 4);
-  CHECK(d.allowed);
-  CHECK(d.remaining == 2);
-  d = eval(c, s, 2, 4);  // 8 + 4 > 10
-  CHECK_FALSE(d.allowed);
-  CHECK(d.remaining == 2);
-  CHECK(d.retry_ms == 998);
+  expect_steps(c, s, {
+      {.at = 0, .allowed = true, .remaining = 6, .cost = 4},
+      {.at = 1, .allowed = true, .remaining = 2, .cost = 4},
+      {.at = 2, .allowed = false, .remaining = 2, .retry_ms = 998, .cost = 4},  // 8 + 4 > 10
+  });
   CHECK(s.count == 8);
-  d = eval(c, s, 2, 2);  // exactly fills
-  CHECK(d.allowed);
-  CHECK(d.remaining == 0);
+  expect_step(c, s, {.at = 2, .allowed = true, .remaining = 0, .cost = 2});  // exactly fills
   CHECK(s.count == 10);
-  CHECK_FALSE(eval(c, s, 3, 1).allowed);
+  expect_step(c, s, {.at = 3, .allowed = false, .cost = 1});
 }
 
 // ---------------------------------------------------------------- sliding_log
@@ -193,21 +208,15 @@ TEST_CASE("fixed_window without commit records nothing; cost > 1", "[limit]") {
 TEST_CASE("sliding_log counts every request at the same millisecond", "[limit]") {
   auto c = windowed(cfg::algorithm::sliding_log, 3, 1000);
   key_state s;
-  CHECK(eval(c, s, 0).remaining == 2);
-  CHECK(eval(c, s, 0).remaining == 1);
-  auto d = eval(c, s, 0);
-  CHECK(d.allowed);
-  CHECK(d.remaining == 0);
-  CHECK(d.reset_ms == 1000);
-  d = eval(c, s, 0);
-  CHECK_FALSE(d.allowed);
-  CHECK(d.remaining == 0);
-  CHECK(d.retry_ms == 1000);
+  expect_steps(c, s, {
+      {.at = 0, .allowed = true, .remaining = 2},
+      {.at = 0, .allowed = true, .remaining = 1},
+      {.at = 0, .allowed = true, .remaining = 0, .reset_ms = 1000},
+      {.at = 0, .allowed = false, .remaining = 0, .retry_ms = 1000},
+  });
   CHECK(s.log.size() == 3);
 
-  d = eval(c, s, 999);
-  CHECK_FALSE(d.allowed);
-  CHECK(d.retry_ms == 1);
+  expect_step(c, s, {.at = 999, .allowed = false, .retry_ms = 1});
   // Entries admitted at t leave at t + window exactly (time <= now - window is dropped).
   CHECK(admit_all(c, s, 1000) == 3);
 }
@@ -215,28 +224,22 @@ TEST_CASE("sliding_log counts every request at the same millisecond", "[limit]")
 TEST_CASE("sliding_log entries leave exactly one window after admission; retry is exact", "[limit]") {
   auto c = windowed(cfg::algorithm::sliding_log, 3, 1000);
   key_state s;
-  CHECK(eval(c, s, 0).allowed);
-  auto d = eval(c, s, 100);
-  CHECK(d.allowed);
-  CHECK(d.remaining == 1);
-  CHECK(d.reset_ms == 900);  // whole again when the entry at 0 leaves
-  CHECK(eval(c, s, 200).allowed);
+  expect_steps(c, s, {
+      {.at = 0, .allowed = true},
+      {.at = 100, .allowed = true, .remaining = 1, .reset_ms = 900},  // whole again when the entry at 0 leaves
+      {.at = 200, .allowed = true},
 
-  d = eval(c, s, 500);
-  CHECK_FALSE(d.allowed);
-  CHECK(d.retry_ms == 500);
-  CHECK(d.reset_ms == 500);
-  CHECK(eval(c, s, 999).retry_ms == 1);
+      {.at = 500, .allowed = false, .reset_ms = 500, .retry_ms = 500},
+      {.at = 999, .allowed = false, .retry_ms = 1},
 
-  d = eval(c, s, 1000);  // the entry at 0 has left
-  CHECK(d.allowed);
-  CHECK(d.remaining == 0);
+      {.at = 1000, .allowed = true, .remaining = 0},  // the entry at 0 has left
+  });
   CHECK(s.log == std::vector<std::int64_t>{100, 200, 1000});
 
-  d = eval(c, s, 1050);
-  CHECK_FALSE(d.allowed);
-  CHECK(d.retry_ms == 50);
-  CHECK(eval(c, s, 1100).allowed);
+  expect_steps(c, s, {
+      {.at = 1050, .allowed = false, .retry_ms = 50},
+      {.at = 1100, .allowed = true},
+  });
   CHECK(s.expires_at == 2100);
 }
 
@@ -251,41 +254,33 @@ TEST_CASE("sliding_log does not record rejected requests", "[limit]") {
   }
   CHECK(s.log.size() == 3);
   CHECK(admit_all(c, s, 1000) == 3);
-  auto d = eval(c, s, 1000);
-  CHECK_FALSE(d.allowed);
-  CHECK(d.retry_ms == 1000);
+  expect_step(c, s, {.at = 1000, .allowed = false, .retry_ms = 1000});
 }
 
 TEST_CASE("sliding_log with cost > 1", "[limit]") {
   auto c = windowed(cfg::algorithm::sliding_log, 5, 1000);
   key_state s;
-  CHECK(eval(c, s, 0, 2).remaining == 3);
-  CHECK(eval(c, s, 10, 2).remaining == 1);
+  expect_steps(c, s, {
+      {.at = 0, .allowed = true, .remaining = 3, .cost = 2},
+      {.at = 10, .allowed = true, .remaining = 1, .cost = 2},
+  });
   CHECK(s.log == std::vector<std::int64_t>{0, 0, 10, 10});
 
-  auto d = eval(c, s, 20, 2);  // the oldest entry must leave first
-  CHECK_FALSE(d.allowed);
-  CHECK(d.remaining == 1);
-  CHECK(d.retry_ms == 980);
-  d = eval(c, s, 20, 1);
-  CHECK(d.allowed);
-  CHECK(d.remaining == 0);
+  expect_steps(c, s, {
+      // the oldest entry must leave first
+      {.at = 20, .allowed = false, .remaining = 1, .retry_ms = 980, .cost = 2},
+      {.at = 20, .allowed = true, .remaining = 0, .cost = 1},
 
-  d = eval(c, s, 30, 3);  // three must leave: the third oldest is at 10
-  CHECK_FALSE(d.allowed);
-  CHECK(d.retry_ms == 980);
+      // three must leave: the third oldest is at 10
+      {.at = 30, .allowed = false, .retry_ms = 980, .cost = 3},
 
-  d = eval(c, s, 1000, 3);  // both 0s left: [10, 10, 20] + 3 > 5
-  CHECK_FALSE(d.allowed);
-  CHECK(d.retry_ms == 10);
-  d = eval(c, s, 1010, 3);  // [20] + 3
-  CHECK(d.allowed);
-  CHECK(d.remaining == 1);
+      {.at = 1000, .allowed = false, .retry_ms = 10, .cost = 3},  // both 0s left: [10, 10, 20] + 3 > 5
+      {.at = 1010, .allowed = true, .remaining = 1, .cost = 3},   // [20] + 3
+  });
 
   key_state e;
-  d = eval(c, e, 0, 6);  // more than the limit can never fit
-  CHECK_FALSE(d.allowed);
-  CHECK(d.retry_ms == 1000);
+  // more than the limit can never fit
+  expect_step(c, e, {.at = 0, .allowed = false, .retry_ms = 1000, .cost = 6});
   CHECK(e.log.empty());
 }
 
@@ -295,30 +290,24 @@ TEST_CASE("sliding_window weighs the previous bucket by the time left in it", "[
   auto c = windowed(cfg::algorithm::sliding_window, 10, 1000);
   key_state filled;
   // The key's first request (at 0) starts its first bucket.
-  auto d = eval(c, filled, 0);
-  CHECK(d.allowed);
-  CHECK(d.remaining == 9);
-  CHECK(d.reset_ms == 1000);
+  expect_step(c, filled, {.at = 0, .allowed = true, .remaining = 9, .reset_ms = 1000});
   CHECK(admit_all(c, filled, 100) == 9);
-  d = eval(c, filled, 100);
-  CHECK_FALSE(d.allowed);
-  CHECK(d.retry_ms == 900);  // nothing in the previous bucket: wait for the next one
+  // nothing in the previous bucket: wait for the next one
+  expect_step(c, filled, {.at = 100, .allowed = false, .retry_ms = 900});
   CHECK(filled.count == 10);
   CHECK(filled.expires_at == 2000);
 
   // prev * (1 - elapsed / window) + curr + 1 <= 10
   SECTION("25% into the next bucket: 7.5 + curr + 1 <= 10 admits 2") {
     key_state s = filled;
-    d = eval(c, s, 1250);
-    CHECK(d.remaining == 1);
-    CHECK(d.reset_ms == 750);
-    CHECK(eval(c, s, 1250).remaining == 0);
-    d = eval(c, s, 1250);
-    CHECK_FALSE(d.allowed);
-    CHECK(d.retry_ms == 50);  // at 30%: 7 + 2 + 1 = 10
-    CHECK_FALSE(eval(c, s, 1299).allowed);
-    CHECK(eval(c, s, 1300).allowed);
-    CHECK_FALSE(eval(c, s, 1300).allowed);
+    expect_steps(c, s, {
+        {.at = 1250, .allowed = true, .remaining = 1, .reset_ms = 750},
+        {.at = 1250, .allowed = true, .remaining = 0},
+        {.at = 1250, .allowed = false, .retry_ms = 50},  // at 30%: 7 + 2 + 1 = 10
+        {.at = 1299, .allowed = false},
+        {.at = 1300, .allowed = true},
+        {.at = 1300, .allowed = false},
+    });
   }
   SECTION("50%: 5 + curr + 1 <= 10 admits 5") {
     key_state s = filled;
@@ -382,32 +371,19 @@ TEST_CASE("sliding_window: a clock read behind the bucket last written counts in
 TEST_CASE("token_bucket starts full and refills at the rate, never above burst", "[limit]") {
   auto c = rated(cfg::algorithm::token_bucket, 2, 1000, 4);  // 2/s: a token every 500 ms
   key_state s;
-  auto d = eval(c, s, 0);
-  CHECK(d.allowed);
+  auto d = expect_step(c, s, {.at = 0, .allowed = true, .remaining = 3, .reset_ms = 500});
   CHECK(d.limit == 4);
-  CHECK(d.remaining == 3);
-  CHECK(d.reset_ms == 500);
-  CHECK(eval(c, s, 0).remaining == 2);
-  CHECK(eval(c, s, 0).remaining == 1);
-  d = eval(c, s, 0);
-  CHECK(d.remaining == 0);
-  CHECK(d.reset_ms == 2000);
+  expect_steps(c, s, {
+      {.at = 0, .allowed = true, .remaining = 2},
+      {.at = 0, .allowed = true, .remaining = 1},
+      {.at = 0, .allowed = true, .remaining = 0, .reset_ms = 2000},
 
-  d = eval(c, s, 0);
-  CHECK_FALSE(d.allowed);
-  CHECK(d.remaining == 0);
-  CHECK(d.retry_ms == 500);
-  CHECK(d.reset_ms == 2000);
-  d = eval(c, s, 499);
-  CHECK_FALSE(d.allowed);
-  CHECK(d.retry_ms == 1);
+      {.at = 0, .allowed = false, .remaining = 0, .reset_ms = 2000, .retry_ms = 500},
+      {.at = 499, .allowed = false, .retry_ms = 1},
 
-  d = eval(c, s, 500);  // one token after 1/rate
-  CHECK(d.allowed);
-  CHECK(d.remaining == 0);
-  d = eval(c, s, 500);
-  CHECK_FALSE(d.allowed);
-  CHECK(d.retry_ms == 500);
+      {.at = 500, .allowed = true, .remaining = 0},  // one token after 1/rate
+      {.at = 500, .allowed = false, .retry_ms = 500},
+  });
 
   // burst/rate later it is full again: exactly 4, not more.
   key_state full = s;
@@ -417,36 +393,22 @@ TEST_CASE("token_bucket starts full and refills at the rate, never above burst",
 
   // Still live (key not expired) after a partial refill, capped at burst.
   key_state p;
-  CHECK(eval(c, p, 0).remaining == 3);
+  expect_step(c, p, {.at = 0, .allowed = true, .remaining = 3});
   CHECK(p.expires_at == 503);  // full again at 500, kept 2 ms more for a late turn
   CHECK(admit_all(c, p, 500) == 4);
 }
 
 TEST_CASE("token_bucket retry rounds up; cost takes several tokens", "[limit]") {
-  auto c = rated(cfg::algorithm::token_bucket, 3, 1000, 1);  // a token every 333.3 ms
-  key_state s;
-  CHECK(eval(c, s, 0).allowed);
-  auto d = eval(c, s, 0);
-  CHECK_FALSE(d.allowed);
-  CHECK(d.retry_ms == 334);
-  CHECK(eval(c, s, 333).retry_ms == 1);
-  CHECK(eval(c, s, 334).allowed);
+  expect_retry_rounds_up(cfg::algorithm::token_bucket);  // a token every 333.3 ms
 
   auto k = rated(cfg::algorithm::token_bucket, 2, 1000, 4);
   key_state t;
-  d = eval(k, t, 0, 3);
-  CHECK(d.allowed);
-  CHECK(d.remaining == 1);
-  d = eval(k, t, 0, 3);
-  CHECK_FALSE(d.allowed);
-  CHECK(d.remaining == 1);
-  CHECK(d.retry_ms == 1000);  // two more tokens at 2/s
-  d = eval(k, t, 0, 1);
-  CHECK(d.allowed);
-  CHECK(d.remaining == 0);
-  d = eval(k, t, 1500, 3);
-  CHECK(d.allowed);
-  CHECK(d.remaining == 0);
+  expect_steps(k, t, {
+      {.at = 0, .allowed = true, .remaining = 1, .cost = 3},
+      {.at = 0, .allowed = false, .remaining = 1, .retry_ms = 1000, .cost = 3},  // two more tokens at 2/s
+      {.at = 0, .allowed = true, .remaining = 0, .cost = 1},
+      {.at = 1500, .allowed = true, .remaining = 0, .cost = 3},
+  });
 }
 
 // ---------------------------------------------------------------- gcra
@@ -454,23 +416,16 @@ TEST_CASE("token_bucket retry rounds up; cost takes several tokens", "[limit]") 
 TEST_CASE("gcra admits a burst, then one per emission interval", "[limit]") {
   auto c = rated(cfg::algorithm::gcra, 10, 1000, 3);  // T = 100 ms
   key_state s;
-  auto d = eval(c, s, 0);
-  CHECK(d.allowed);
+  auto d = expect_step(c, s, {.at = 0, .allowed = true, .remaining = 2, .reset_ms = 100});
   CHECK(d.limit == 3);
-  CHECK(d.remaining == 2);
-  CHECK(d.reset_ms == 100);
-  CHECK(eval(c, s, 0).remaining == 1);
-  d = eval(c, s, 0);
-  CHECK(d.remaining == 0);
-  CHECK(d.reset_ms == 300);
+  expect_steps(c, s, {
+      {.at = 0, .allowed = true, .remaining = 1},
+      {.at = 0, .allowed = true, .remaining = 0, .reset_ms = 300},
 
-  d = eval(c, s, 0);
-  CHECK_FALSE(d.allowed);
-  CHECK(d.remaining == 0);
-  CHECK(d.retry_ms == 100);
-  CHECK(d.reset_ms == 300);
-  CHECK(eval(c, s, 50).retry_ms == 50);
-  CHECK(eval(c, s, 99).retry_ms == 1);
+      {.at = 0, .allowed = false, .remaining = 0, .reset_ms = 300, .retry_ms = 100},
+      {.at = 50, .allowed = false, .retry_ms = 50},
+      {.at = 99, .allowed = false, .retry_ms = 1},
+  });
 
   for (int t = 100; t <= 500; t += 100) {
     d = eval(c, s, t);
@@ -503,38 +458,30 @@ TEST_CASE("rate-based limits: a turn taken late by less than min(T, 2 ms) keeps 
     CHECK(admitted <= 1001);
     // Idle for longer than the credit: no credit, never two within T - 2 ms.
     key_state q;
-    CHECK(eval(c, q, 0, 1).allowed);
-    CHECK(eval(c, q, 15, 1).allowed);  // 5 ms late: its turn starts now
-    CHECK_FALSE(eval(c, q, 24, 1).allowed);
-    CHECK(eval(c, q, 25, 1).allowed);
-    // 1 ms late: the next turn stays on the old grid.
-    CHECK(eval(c, q, 36, 1).allowed);
-    CHECK_FALSE(eval(c, q, 44, 1).allowed);
-    CHECK(eval(c, q, 45, 1).allowed);
+    expect_steps(c, q, {
+        {.at = 0, .allowed = true, .cost = 1},
+        {.at = 15, .allowed = true, .cost = 1},  // 5 ms late: its turn starts now
+        {.at = 24, .allowed = false, .cost = 1},
+        {.at = 25, .allowed = true, .cost = 1},
+        // 1 ms late: the next turn stays on the old grid.
+        {.at = 36, .allowed = true, .cost = 1},
+        {.at = 44, .allowed = false, .cost = 1},
+        {.at = 45, .allowed = true, .cost = 1},
+    });
   }
 }
 
 TEST_CASE("gcra retry rounds up; cost > 1", "[limit]") {
-  auto c = rated(cfg::algorithm::gcra, 3, 1000, 1);  // T = 333.3 ms
-  key_state s;
-  CHECK(eval(c, s, 0).allowed);
-  auto d = eval(c, s, 0);
-  CHECK_FALSE(d.allowed);
-  CHECK(d.retry_ms == 334);
-  CHECK(eval(c, s, 333).retry_ms == 1);
-  CHECK(eval(c, s, 334).allowed);
+  expect_retry_rounds_up(cfg::algorithm::gcra);  // T = 333.3 ms
 
   auto k = rated(cfg::algorithm::gcra, 10, 1000, 5);
   key_state t;
-  d = eval(k, t, 0, 3);
-  CHECK(d.allowed);
-  CHECK(d.remaining == 2);
-  d = eval(k, t, 0, 3);
-  CHECK_FALSE(d.allowed);
-  CHECK(d.remaining == 2);
-  CHECK(d.retry_ms == 100);
-  CHECK(eval(k, t, 0, 2).remaining == 0);
-  CHECK(eval(k, t, 300, 3).allowed);
+  expect_steps(k, t, {
+      {.at = 0, .allowed = true, .remaining = 2, .cost = 3},
+      {.at = 0, .allowed = false, .remaining = 2, .retry_ms = 100, .cost = 3},
+      {.at = 0, .allowed = true, .remaining = 0, .cost = 2},
+      {.at = 300, .allowed = true, .cost = 3},
+  });
 }
 
 TEST_CASE("gcra: a burst that fits exactly is admitted whole at today's clock, whatever T", "[limit]") {
@@ -546,11 +493,8 @@ TEST_CASE("gcra: a burst that fits exactly is admitted whole at today's clock, w
   int admitted = 0;
   for (int i = 0; i < 20; ++i) admitted += eval(c, s, now, 2).allowed ? 1 : 0;
   CHECK(admitted == 15);
-  auto d = eval(c, s, now, 2);
-  CHECK_FALSE(d.allowed);
-  CHECK(d.remaining == 0);
-  CHECK(d.retry_ms == 667);  // two emission intervals
-  CHECK(d.reset_ms == 10000);
+  // retry after two emission intervals
+  expect_step(c, s, {.at = now, .allowed = false, .remaining = 0, .reset_ms = 10000, .retry_ms = 667, .cost = 2});
 }
 
 // ---------------------------------------------------------------- concurrency
@@ -558,31 +502,30 @@ TEST_CASE("gcra: a burst that fits exactly is admitted whole at today's clock, w
 TEST_CASE("concurrency: leases at once, release, expiry", "[limit]") {
   auto c = windowed(cfg::algorithm::concurrency, 2, 30000);
   key_state s;
-  auto d = eval(c, s, 0, 1, 1);
-  CHECK(d.allowed);
+  auto d = expect_step(c, s, {.at = 0, .allowed = true, .remaining = 1, .cost = 1, .lease = 1});
   CHECK(d.limit == 2);
-  CHECK(d.remaining == 1);
-  CHECK(eval(c, s, 0, 1, 2).remaining == 0);
-  d = eval(c, s, 0, 1, 3);
-  CHECK_FALSE(d.allowed);
-  CHECK(d.remaining == 0);
-  CHECK(d.retry_ms == 1000);
+  expect_steps(c, s, {
+      {.at = 0, .allowed = true, .remaining = 0, .cost = 1, .lease = 2},
+      {.at = 0, .allowed = false, .remaining = 0, .retry_ms = 1000, .cost = 1, .lease = 3},
+  });
   CHECK(s.leases.size() == 2);
 
   fg::limit::release_lease(s, 1);
   CHECK(s.leases.size() == 1);
-  CHECK(eval(c, s, 1000, 1, 3).allowed);  // lease 2 until 30000, lease 3 until 31000
-  CHECK_FALSE(eval(c, s, 1000, 1, 4).allowed);
+  expect_steps(c, s, {
+      {.at = 1000, .allowed = true, .cost = 1, .lease = 3},  // lease 2 until 30000, lease 3 until 31000
+      {.at = 1000, .allowed = false, .cost = 1, .lease = 4},
+  });
   fg::limit::release_lease(s, 99);  // unknown: nothing happens
   CHECK(s.leases.size() == 2);
 
   // A gateway that never released: its leases are reclaimed after the window.
-  CHECK_FALSE(eval(c, s, 29999, 1, 4).allowed);
-  d = eval(c, s, 30000, 1, 4);
-  CHECK(d.allowed);
-  CHECK(d.remaining == 0);
-  CHECK_FALSE(eval(c, s, 30000, 1, 5).allowed);
-  CHECK(eval(c, s, 31000, 1, 5).allowed);
+  expect_steps(c, s, {
+      {.at = 29999, .allowed = false, .cost = 1, .lease = 4},
+      {.at = 30000, .allowed = true, .remaining = 0, .cost = 1, .lease = 4},
+      {.at = 30000, .allowed = false, .cost = 1, .lease = 5},
+      {.at = 31000, .allowed = true, .cost = 1, .lease = 5},
+  });
   CHECK(s.expires_at == 61000);
 }
 
