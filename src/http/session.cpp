@@ -32,8 +32,10 @@ struct parked {
 
   parked(worker_context& c, tcp::socket s) : ctx(c), socket(std::move(s)), entry(ctx.deadlines.open(&socket)) {
     entry->lean = true;  // already lean: the sweeper only watches its deadline
+    ++ctx.parked;
   }
   ~parked() {
+    --ctx.parked;
     if (socket.is_open() && ctx.connections) ctx.connections->open.fetch_sub(1, std::memory_order_relaxed);
   }
 };

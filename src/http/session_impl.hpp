@@ -5,6 +5,7 @@
 // instantiated for tcp::socket in session.cpp. Beast-heavy: include only from those.
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/deferred.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/parser.hpp>
@@ -56,6 +57,13 @@ template <class Stream>
 tcp::socket* socket_of(Stream& s) {
   if constexpr (is_socket<Stream>) return &s;
   else return nullptr;
+}
+// The completion token for a read of the stream's own: deferred (no coroutine frame) on
+// a socket; Beast's test stream predates deferred, and is awaited through use_awaitable.
+template <class Stream>
+constexpr auto read_token() {
+  if constexpr (is_socket<Stream>) return deferred_tuple;
+  else return asio::as_tuple(asio::use_awaitable);
 }
 // Ends our sending side (a socket's half-close).
 template <class Stream>

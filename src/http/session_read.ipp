@@ -81,7 +81,7 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::read_head(bo
     if (buffer_.size() == 0) watch_->lean_at = deadline::after(deadline::lean_after);
     // A head usually fits in 4 KiB: reads grow past that only for larger ones.
     auto space = std::min<std::size_t>(buffer_.max_size() - buffer_.size(), buffer_.size() ? 16384 : 4096);
-    auto [ec, n] = co_await socket_.async_read_some(buffer_.prepare(space), deferred_tuple);
+    auto [ec, n] = co_await socket_.async_read_some(buffer_.prepare(space), read_token<Stream>());
     // The sweeper took back an idle read to wait without its buffer: between requests the
     // connection is parked (no session at all), a new one waits here with nothing held.
     if (ec == asio::error::operation_aborted && watch_->lean && !watch_->expired && !ctx_.draining) {
@@ -197,7 +197,7 @@ asio::awaitable<void> session<Stream>::lingering_close() {
   char sink[4096];
   while (total < 4 * 1024 * 1024) {
     watch_->arm_at(until);
-    auto [rec, n] = co_await socket_.async_read_some(asio::buffer(sink), deferred_tuple);
+    auto [rec, n] = co_await socket_.async_read_some(asio::buffer(sink), read_token<Stream>());
     if (rec) break;
     total += n;
   }

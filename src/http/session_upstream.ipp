@@ -68,7 +68,7 @@ asio::awaitable<error_code> read_into(deadline::entry& e, Stream& s, beast::flat
     if (auto r = feed(b, p, start, produced, want_head)) co_return *r;
     e.arm(timeout);
     auto space = std::min<std::size_t>(b.max_size() - b.size(), 65536);
-    auto [ec, n] = co_await s.async_read_some(b.prepare(space), deferred_tuple);
+    auto [ec, n] = co_await s.async_read_some(b.prepare(space), read_token<Stream>());
     if (ec == asio::error::eof) {
       if (want_head) co_return error_code(b.size() ? bhttp::error::partial_message : bhttp::error::end_of_stream);
       error_code eec;

@@ -49,6 +49,7 @@ struct worker_context {
   util::block_pool bodies{32 * 1024, 16};
   bool draining = false;
   unsigned id = 0;
+  std::size_t parked = 0;  // keep-alive connections parked now: a socket and a wait, no session
 };
 
 }  // namespace fg::http

@@ -32,6 +32,7 @@
 #include "store/memory_source.hpp"
 #include "store/redis_source.hpp"
 #include "redis/connection.hpp"
+#include "fake_source.hpp"
 #include "limit_configs.hpp"
 
 namespace cfg = fg::config;
@@ -40,43 +41,10 @@ using fg::limit::limit_call;
 using fg::limit::status;
 using std::chrono::milliseconds;
 
+using fg::test::fake_source;
 using fg::test::windowed;
 
 namespace {
-
-// A store that answers what the test says: denials of the limits named in `deny`
-// (retry `retry_ms`), or an error; counts what it is asked.
-class fake_source final : public fg::limit::decision_source {
- public:
-  bool remote = true;  // answers through wait()/finish(), as Redis does
-  boost::system::error_code fail;
-  std::vector<std::string> deny;
-  std::int64_t retry_ms = 5000;
-  int starts = 0, releases = 0;
-
-  status start(limit_call& c) override {
-    ++starts;
-    if (!remote) return answer(c, {});
-    return status::pending;
-  }
-  asio::awaitable<std::tuple<boost::system::error_code>> wait(limit_call&) override {
-    co_return std::tuple{fail};
-  }
-  status finish(limit_call& c, boost::system::error_code ec) override { return answer(c, ec); }
-  void release(limit_call&) override { ++releases; }
-  void renew(limit_call&) override {}
-  std::int64_t round_trip_ms() const override { return 1; }
-
- private:
-  status answer(limit_call& c, boost::system::error_code ec) {
-    if (ec) return status::error;
-    for (std::size_t i = 0; i < c.checks.size(); ++i) {
-      bool denied = std::find(deny.begin(), deny.end(), c.checks[i].cfg->name) != deny.end();
-      c.decisions[i] = {!denied, c.checks[i].cfg->limit, denied ? 0u : 1u, 1000, denied ? retry_ms : 0};
-    }
-    return fg::limit::judged(c, this);
-  }
-};
 
 // Runs a call to completion on the policy, through wait() when it is pending.
 status ask(fg::limit::decision_source& src, limit_call& c) {
