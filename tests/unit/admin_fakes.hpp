@@ -9,6 +9,8 @@
 
 #include <functional>
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "admin/routes.hpp"
 #include "config/loader.hpp"
@@ -22,6 +24,7 @@ inline config::snapshot load(const std::string& text) {
 }
 
 struct fake_status final : admin::status_source {
+  explicit fake_status(config::snapshot c = {}) : cfg(std::move(c)) {}
   config::snapshot cfg;
   admin::readiness state{true, {}, {}};
   admin::reload_outcome next_reload{true, "abc", {}, {}};
@@ -34,6 +37,13 @@ struct fake_status final : admin::status_source {
     done(next_reload);
   }
 };
+
+// A reply's status, type and body, as one check each.
+inline void expect_reply(const admin::reply& r, unsigned status, std::string_view type, std::string_view body) {
+  CHECK(r.status == status);
+  CHECK(r.content_type == type);
+  CHECK(r.body == body);
+}
 
 // admin::serve(), run to completion on an io_context of its own.
 inline admin::reply serve(const char* method, const std::string& target, fake_status& s, admin::services with = {}) {

@@ -182,8 +182,7 @@ fg::admin::reply serve(const std::string& target, fake_status& s, fake_inspector
 }  // namespace
 
 TEST_CASE("/limits answers from the inspector per limit, 503 when the store cannot answer", "[admin][inspect]") {
-  fake_status s;
-  s.cfg = load(kRoutes);
+  fake_status s(load(kRoutes));
   fake_inspector insp;
   insp.answer = {false, 5, 0, 1500, 1500};  // every limit denies, retry in 1.5 s
   auto r = serve("/limits?route=r&ip=1.2.3.4&cookie.sid=S", s, &insp);

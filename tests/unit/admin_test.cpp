@@ -63,12 +63,8 @@ using fg::test::serve;
 }  // namespace
 
 TEST_CASE("admin: /healthz, /readyz and their failure", "[admin]") {
-  fake_status s;
-  s.cfg = load(kConfig);
-  auto h = fg::admin::dispatch("GET", "/healthz", s);
-  CHECK(h.status == 200);
-  CHECK(h.content_type == "application/json");
-  CHECK(h.body == R"({"status":"alive"})");
+  fake_status s(load(kConfig));
+  fg::test::expect_reply(fg::admin::dispatch("GET", "/healthz", s), 200, "application/json", R"({"status":"alive"})");
   CHECK(fg::admin::dispatch("GET", "/readyz", s).body == R"({"status":"ready"})");
   s.state.checks = {{"store", false, false, "redis unreachable on 1 of 4 workers"}};
   CHECK(fg::admin::dispatch("GET", "/readyz?verbose=1", s).body ==
@@ -81,12 +77,9 @@ TEST_CASE("admin: /healthz, /readyz and their failure", "[admin]") {
 }
 
 TEST_CASE("admin: unknown paths are 404, other methods 405 with Allow", "[admin]") {
-  fake_status s;
-  s.cfg = load(kConfig);
-  auto m = fg::admin::dispatch("GET", "/metrics", s);
-  CHECK(m.status == 200);
-  CHECK(m.content_type == "text/plain; version=0.0.4; charset=utf-8");
-  CHECK(m.body == "# TYPE x counter\nx 1\n");
+  fake_status s(load(kConfig));
+  fg::test::expect_reply(fg::admin::dispatch("GET", "/metrics", s), 200, "text/plain; version=0.0.4; charset=utf-8",
+                         "# TYPE x counter\nx 1\n");
   for (const char* path : {"/", "/limits/", "/reloadz", "/healthzz", "/config/"}) {
     auto r = fg::admin::dispatch("GET", path, s);
     CHECK(r.status == 404);
@@ -101,8 +94,7 @@ TEST_CASE("admin: unknown paths are 404, other methods 405 with Allow", "[admin]
 }
 
 TEST_CASE("admin: POST /reload answers what the reload did", "[admin]") {
-  fake_status s;
-  s.cfg = load(kConfig);
+  fake_status s(load(kConfig));
   auto get = fg::admin::dispatch("GET", "/reload", s);
   CHECK(get.status == 405);
   CHECK(get.allow == "POST");
@@ -119,8 +111,7 @@ TEST_CASE("admin: POST /reload answers what the reload did", "[admin]") {
 }
 
 TEST_CASE("admin: /config is the effective configuration, the password redacted", "[admin]") {
-  fake_status s;
-  s.cfg = load(kConfig);
+  fake_status s(load(kConfig));
   auto r = fg::admin::dispatch("GET", "/config", s);
   REQUIRE(r.status == 200);
   CHECK(r.body.find("hunter2") == std::string::npos);

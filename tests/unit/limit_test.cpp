@@ -309,17 +309,12 @@ TEST_CASE("sliding_window weighs the previous bucket by the time left in it", "[
         {.at = 1300, .allowed = false},
     });
   }
-  SECTION("50%: 5 + curr + 1 <= 10 admits 5") {
-    key_state s = filled;
-    CHECK(admit_all(c, s, 1500) == 5);
-  }
-  SECTION("75%: 2.5 + curr + 1 <= 10 admits 7") {
-    key_state s = filled;
-    CHECK(admit_all(c, s, 1750) == 7);
-  }
-  SECTION("last millisecond of the next bucket: 0.01 + curr + 1 <= 10 admits 9") {
-    key_state s = filled;
-    CHECK(admit_all(c, s, 1999) == 9);
+  SECTION("50%, 75% and the last millisecond: 5, 2.5 and 0.01 + curr + 1 <= 10 admit 5, 7 and 9") {
+    for (auto [at, admitted] : std::initializer_list<std::pair<std::int64_t, int>>{{1500, 5}, {1750, 7}, {1999, 9}}) {
+      key_state s = filled;
+      INFO("at " << at);
+      CHECK(admit_all(c, s, at) == admitted);
+    }
   }
   SECTION("a bucket two windows old is forgotten") {
     key_state s = filled;
