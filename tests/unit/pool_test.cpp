@@ -1,0 +1,172 @@
+// upstream::pool against loopback acceptors: connect (and its error), release and
+// take_idle (reused, within max_idle, never one with bytes behind its response, never
+// one whose peer closed), the idle counts, close_idle, and a reload that keeps an
+// upstream's address keeping its connections while one that moves it drops them and
+// takes none made to the old address back.
+#include <catch2/catch.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "admin_fakes.hpp"
+#include "deadline/board.hpp"
+#include "upstream/pool.hpp"
+
+namespace {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using namespace std::chrono_literals;
+
+struct rig {
+  asio::io_context ioc;
+  tcp::acceptor a{ioc, {asio::ip::address_v4::loopback(), 0}}, b{ioc, {asio::ip::address_v4::loopback(), 0}};
+  std::vector<tcp::socket> accepted;  // the upstream's ends
+  fg::deadline::board board;
+  fg::deadline::board::watch watch = board.open(nullptr);
+  fg::upstream::pool pool{ioc.get_executor()};
+  fg::config::snapshot cfg;
+
+  explicit rig(tcp::acceptor& to, int max_idle = 2) { configure(to, max_idle); }
+  rig() : rig(a) {}
+  void configure(tcp::acceptor& to, int max_idle = 2) {
+    cfg = fg::test::load("upstreams:\n  api:\n    address: \"127.0.0.1:" + std::to_string(to.local_endpoint().port()) +
+                         "\"\n    max_idle: " + std::to_string(max_idle) +
+                         "\nroutes:\n  - name: r\n    match: {path_prefix: /}\n    upstream: api\n");
+    pool.configure(cfg->upstreams);
+  }
+  const fg::config::upstream_config& api() const { return cfg->upstreams[0]; }
+
+  // pool.connect() run to its end; the upstream side accepted when it succeeded.
+  fg::upstream::connection_ptr connect(tcp::acceptor& to, boost::system::error_code& ec) {
+    return connect_to(api(), to, ec);
+  }
+  fg::upstream::connection_ptr connect_to(fg::config::upstream_config u, tcp::acceptor& to,
+                                          boost::system::error_code& ec) {
+    fg::upstream::connection_ptr out;
+    bool done = false;
+    asio::co_spawn(
+        ioc,
+        [&]() -> asio::awaitable<void> {
+          out = co_await pool.connect(u, *watch, ec);
+          done = true;
+        },
+        [](std::exception_ptr e) {
+          if (e) std::rethrow_exception(e);
+        });
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (!done) {
+      if (std::chrono::steady_clock::now() > until) FAIL("connect never finished");
+      ioc.run_one_for(5ms);
+    }
+    ioc.restart();
+    if (out) accepted.push_back(to.accept());
+    return out;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("pool: a connection released is taken again, reused, up to max_idle", "[pool]") {
+  rig r;
+  boost::system::error_code ec;
+  CHECK(r.pool.take_idle(r.api(), *r.watch) == nullptr);
+  auto c1 = r.connect(r.a, ec);
+  REQUIRE(c1);
+  CHECK_FALSE(ec);
+  CHECK_FALSE(c1->reused);
+  CHECK(r.watch->upstream == &c1->socket);  // the request's deadline covers it
+  auto c2 = r.connect(r.a, ec), c3 = r.connect(r.a, ec);
+  REQUIRE((c2 && c3));
+  r.pool.release("api", std::move(c1));
+  r.pool.release("api", std::move(c2));
+  r.pool.release("api", std::move(c3));  // past max_idle 2: closed
+  CHECK(r.pool.idle_count("api") == 2);
+  CHECK(r.pool.idle_total() == 2);
+  auto again = r.pool.take_idle(r.api(), *r.watch);
+  REQUIRE(again);
+  CHECK(again->reused);
+  CHECK(r.pool.idle_count("api") == 1);
+  r.pool.take_idle(r.api(), *r.watch);
+  CHECK(r.pool.take_idle(r.api(), *r.watch) == nullptr);
+  CHECK(r.pool.idle_total() == 0);
+}
+
+TEST_CASE("pool: a connection with bytes after its response is never pooled", "[pool]") {
+  rig r;
+  boost::system::error_code ec;
+  auto c = r.connect(r.a, ec);
+  REQUIRE(c);
+  auto b = c->buffer.prepare(3);
+  std::memcpy(b.data(), "xyz", 3);
+  c->buffer.commit(3);
+  r.pool.release("api", std::move(c));
+  CHECK(r.pool.idle_count("api") == 0);
+}
+
+TEST_CASE("pool: an idle connection its peer closed is not handed out", "[pool]") {
+  rig r;
+  boost::system::error_code ec;
+  auto c = r.connect(r.a, ec);
+  REQUIRE(c);
+  r.pool.release("api", std::move(c));
+  r.accepted.back().close();  // the origin closes its idle connection
+  // Idle for more than a second (the pool probes only those): as the sweeper's clock has it.
+  fg::deadline::coarse_now += 5s;
+  // The FIN reaches our socket without anything running: poll until the probe sees it.
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  fg::upstream::connection_ptr got;
+  for (;;) {
+    got = r.pool.take_idle(r.api(), *r.watch);
+    if (!got) break;
+    r.pool.release("api", std::move(got));
+    if (std::chrono::steady_clock::now() > until) FAIL("a closed connection was still handed out");
+    r.ioc.run_one_for(5ms);
+    fg::deadline::coarse_now += 5s;
+  }
+  CHECK(r.pool.idle_count("api") == 0);
+}
+
+TEST_CASE("pool: a refused connect is an error and no connection", "[pool]") {
+  asio::io_context ioc;
+  tcp::acceptor gone(ioc, {asio::ip::address_v4::loopback(), 0});
+  rig r(gone);
+  gone.close();
+  boost::system::error_code ec;
+  auto c = r.connect_to(r.api(), r.a, ec);
+  CHECK(c == nullptr);
+  CHECK(ec == asio::error::connection_refused);
+  CHECK(r.watch->upstream == nullptr);
+}
+
+TEST_CASE("pool: a reload keeps the idle connections of an upstream it keeps, drops those of one it moves",
+          "[pool]") {
+  rig r;
+  boost::system::error_code ec;
+  auto c = r.connect(r.a, ec);
+  REQUIRE(c);
+  r.pool.release("api", std::move(c));
+  r.configure(r.a);  // same address
+  CHECK(r.pool.idle_count("api") == 1);
+  auto old_cfg = r.api();
+  auto before_move = r.connect(r.a, ec);  // made under the old address, still in use
+  REQUIRE(before_move);
+  r.configure(r.b);  // moved
+  CHECK(r.pool.idle_count("api") == 0);
+  CHECK(r.pool.take_idle(old_cfg, *r.watch) == nullptr);  // a request of the old config gets none
+  r.pool.release("api", std::move(before_move));
+  CHECK(r.pool.idle_count("api") == 0);  // the old address's connection is not taken back
+  auto fresh = r.connect(r.b, ec);
+  REQUIRE(fresh);
+  r.pool.release("api", std::move(fresh));
+  CHECK(r.pool.idle_count("api") == 1);
+  r.pool.close_idle();
+  CHECK(r.pool.idle_total() == 0);
+}
