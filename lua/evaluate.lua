@@ -41,7 +41,7 @@ end
 -- F is the mode (0 decide, 1 dry run, 2 refund) plus 16 times the number of keys that
 -- come last in ARGV instead of in KEYS (Redis Cluster: one call for the keys of many
 -- slots of one node, which Redis refuses as declared keys; the script carries the
--- allow-cross-slot-keys flag there, see limit/script.hpp).
+-- allow-cross-slot-keys flag there, see store/limiter_script.hpp).
 local mode = v[4] % 16
 local dry = mode == 1
 do

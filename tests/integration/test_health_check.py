@@ -7,7 +7,7 @@ import pytest
 
 from conftest import BIN, STARTUP_NOW, Gateway, free_port
 
-# The check's own deadline (src/admin/health_check.hpp: --health-check gives up after 3 s). An answer
+# The check's own deadline (src/admin/health_check_client.hpp: --health-check gives up after 3 s). An answer
 # is told apart from a timeout by what the check prints; the seconds it took are only
 # checked against this, with room for a slow start of the process.
 CHECK_TIMEOUT_S = 3.0

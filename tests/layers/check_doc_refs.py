@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fails when a file of the repository cites a document the repository lacks.
+"""Fails when a file of the repository cites a document or a source file the repository lacks.
 
 Checked in every tracked (or new, not ignored) file, as `git ls-files` lists them:
   - every relative Markdown link in a .md file, `[text](target)`: the target must exist,
@@ -8,7 +8,11 @@ Checked in every tracked (or new, not ignored) file, as `git ls-files` lists the
   - every path to a .md file written anywhere (a comment, a string, prose): with a
     folder (`docs/limits.md`) it must exist relative to the file or to the repository's
     root; a bare name (`README.md`) must be some file's name in the repository. An
-    absolute path to a .md file is never one of the repository's.
+    absolute path to a .md file is never one of the repository's;
+  - every path with a folder to a source file (.cpp, .hpp, .ipp, .lua, .py, .sh, .cmake),
+    as comments and build files name them (`store/limiter_script.hpp`, `${SRC}/net/cidr.cpp`):
+    it must exist relative to the file, the root, src/ or tests/. A `${VAR}/` prefix is
+    dropped, `#include <...>` lines are a library's, and `generated/` is the build's.
 Prints each problem as FILE:LINE: TARGET (why); exits 1 if there is any.
 Usage: check_doc_refs.py [REPO_ROOT]"""
 import re
@@ -22,6 +26,9 @@ LINK = re.compile(r"\]\(<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\)")
 # A path ending in .md, not glued to what comes before it (so "*.md" and "{name}.md" are
 # not paths); a leading "/" makes it absolute.
 MD_PATH = re.compile(r"(?<![\w.:/~$}*-])(/?(?:\.{1,2}/|[\w.-]+/)*[\w.-]*\w\.md)(?![\w/-])")
+SOURCE_PATH = re.compile(r"(?<![\w.:/~$*<-])((?:\.{1,2}/|[\w.-]+/)+[\w.-]*\w\.(?:cpp|hpp|ipp|lua|py|sh|cmake))(?![\w/-])")
+CMAKE_VAR = re.compile(r"\$\{\w+\}/")
+SYSTEM_INCLUDE = re.compile(r"^\s*#\s*include\s*<")
 HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
 HTML_ANCHOR = re.compile(r"<a\s+(?:name|id)=\"([^\"]+)\"")
 
@@ -113,6 +120,16 @@ def check_path(path, token, names):
     return "does not exist"
 
 
+def check_source(path, token):
+    """Why a written path to a source file is missing, or None."""
+    if token.startswith("generated/"):
+        return None  # written by the build (src/CMakeLists.txt)
+    for base in (path.parent, ROOT, ROOT / "src", ROOT / "tests"):
+        if inside(base / token) and (base / token).exists():
+            return None
+    return "no such source file"
+
+
 def main():
     files = listed_files()
     names = {f.name for f in files}
@@ -144,9 +161,18 @@ def main():
                 checked += 1
                 if why := check_path(path, token, names):
                     problems.append(f"{rel}:{n}: {token} ({why})")
+            if SYSTEM_INCLUDE.match(plain):
+                continue
+            for token in SOURCE_PATH.findall(CMAKE_VAR.sub("", plain)):
+                if token in found:
+                    continue
+                found.add(token)
+                checked += 1
+                if why := check_source(path, token):
+                    problems.append(f"{rel}:{n}: {token} ({why})")
     for p in problems:
         print(p)
-    print(f"{checked} references to documents checked in {len(files)} files, {len(problems)} problems")
+    print(f"{checked} references to documents and source files checked in {len(files)} files, {len(problems)} problems")
     return 1 if problems else 0
 
 
