@@ -12,12 +12,14 @@ import pytest
 
 from conftest import SANITIZED, Thread, join_all, record
 
-# The sanitizer build is several times slower, and one core (taskset -c 0) carries the
-# gateway, Redis and these clients at once: a rate each can still carry, so that what is
+# The sanitizer build is several times slower, and on one or two cores the gateway, Redis
+# and these clients' threads share them: a rate each can still carry, so that what is
 # measured is the limiter, not how often the machine stalls (with burst 1 every stall
-# past 1/rate loses a token).
+# past 1/rate loses a token). Measured on an idle 2-core machine whose scheduler kept
+# the gateway's workers waiting 0.4-0.8 s of each 2 s flood in slices of a few ms: at
+# 1000/s 0.67-0.96 of the promise, at 500/s 0.983-0.998 with the same waits.
 CPUS = len(os.sched_getaffinity(0))
-RATE = 100 if SANITIZED else (1000 if CPUS >= 2 else 250)
+RATE = 100 if SANITIZED else (1000 if CPUS > 2 else 500 if CPUS == 2 else 250)
 SECONDS = 2.0
 
 
