@@ -14,9 +14,10 @@ runtime_pkgs=(libboost-program-options1.81.0 libboost-url1.81.0 libboost-json1.8
 # the Dockerfile's image without a Docker engine; python3-yaml reads docker/'s files;
 # redis-sentinel for the Sentinel fixture (tests/integration/conftest.py, RedisSentinel).
 # clang-16, libfuzzer-16-dev and libclang-rt-16-dev: the fuzz targets (tests/fuzz, scripts/fuzz.sh).
-test_pkgs=(redis-server redis-sentinel python3 python3-pytest python3-yaml faketime buildah debootstrap iproute2
+# wrk: the rate floods of tests/integration/test_accuracy.py (and the benchmarks).
+test_pkgs=(redis-server redis-sentinel python3 python3-pytest python3-yaml faketime buildah debootstrap iproute2 wrk
            clang-16 libfuzzer-16-dev libclang-rt-16-dev)
-bench_pkgs=(nginx-light wrk util-linux procps)
+bench_pkgs=(nginx-light util-linux procps)
 
 want=("${build_pkgs[@]}")
 case "${1:-build}" in

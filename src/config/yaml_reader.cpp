@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <unordered_map>
 
 #include "config/caps.hpp"
 #include "config/loader_parts.hpp"
@@ -96,38 +97,69 @@ void yaml_reader::error(const YAML::Mark& at, std::string message) {
 
 namespace {
 
+// Counts the nodes the tree holds with aliases expanded, and how deep it nests, and stops
+// at the first cap passed. An alias is the node its anchor names (the same node, at the
+// anchor's position), so a collection's totals are worked out once and added again at each
+// later reference: a billion laughs or 200,000 copies of one route cost what their text does.
 struct size_walk {
+  struct totals {
+    std::size_t nodes = 0, height = 0;
+  };
   const std::string& file;
   std::size_t visited = 0;
   std::optional<diagnostic> problem;
+  std::unordered_map<int, totals> seen;  // by position: one entry per collection in the text
 
-  bool walk(const YAML::Node& n, std::size_t depth) {
-    if (++visited > caps::nodes) {
-      problem = diagnostic{file, n.Mark().line + 1, n.Mark().column + 1,
-                           "the configuration expands to more than " + std::to_string(caps::nodes) +
-                               " values (YAML aliases expanded): it is refused before it is read"};
-      return false;
+  bool fail(const YAML::Node& n, std::string message) {
+    problem = diagnostic{file, n.Mark().line + 1, n.Mark().column + 1, std::move(message)};
+    return false;
+  }
+
+  bool add(const YAML::Node& n, const totals& t, std::size_t depth) {
+    visited += t.nodes;
+    if (visited > caps::nodes)
+      return fail(n, "the configuration expands to more than " + std::to_string(caps::nodes) +
+                         " values (YAML aliases expanded): it is refused before it is read");
+    if (depth + t.height > caps::depth)
+      return fail(n, "the configuration nests deeper than " + std::to_string(caps::depth) + " levels");
+    return true;
+  }
+
+  // Adds n's subtree (n at `depth`) and returns its totals, or nothing once a cap is passed.
+  std::optional<totals> walk(const YAML::Node& n, std::size_t depth) {
+    if (!n.IsSequence() && !n.IsMap()) {
+      if (!add(n, {1, 0}, depth)) return std::nullopt;
+      return totals{1, 0};
     }
-    if (depth > caps::depth) {
-      problem = diagnostic{file, n.Mark().line + 1, n.Mark().column + 1,
-                           "the configuration nests deeper than " + std::to_string(caps::depth) + " levels"};
-      return false;
+    if (auto it = seen.find(n.Mark().pos); it != seen.end()) {
+      if (!add(n, it->second, depth)) return std::nullopt;
+      return it->second;
     }
+    if (!add(n, {1, 0}, depth)) return std::nullopt;
+    totals t{1, 0};
+    auto child = [&](const YAML::Node& c) {
+      auto sub = walk(c, depth + 1);
+      if (!sub) return false;
+      t.nodes += sub->nodes;
+      t.height = std::max(t.height, sub->height + 1);
+      return true;
+    };
     if (n.IsSequence()) {
       for (const auto& item : n)
-        if (!walk(item, depth + 1)) return false;
-    } else if (n.IsMap()) {
+        if (!child(item)) return std::nullopt;
+    } else {
       for (auto it = n.begin(); it != n.end(); ++it)
-        if (!walk(it->first, depth + 1) || !walk(it->second, depth + 1)) return false;
+        if (!child(it->first) || !child(it->second)) return std::nullopt;
     }
-    return true;
+    seen.emplace(n.Mark().pos, t);
+    return t;
   }
 };
 
 }  // namespace
 
 std::optional<diagnostic> detail::check_size(const YAML::Node& root, const std::string& file) {
-  size_walk w{file, 0, std::nullopt};
+  size_walk w{file, 0, std::nullopt, {}};
   if (root) w.walk(root, 0);
   return w.problem;
 }

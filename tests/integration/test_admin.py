@@ -44,10 +44,10 @@ ADMIN_HOST = "127.0.0.1"
 ADMIN_POST_HEADER = "X-Floodgate-Admin: 1\r\n"
 
 
-def admin_get(g, path, method="GET"):
+def admin_get(g, path, method="GET", timeout=5):
     extra = ADMIN_POST_HEADER if method == "POST" else ""
     raw = f"{method} {path} HTTP/1.1\r\nHost: {ADMIN_HOST}\r\n{extra}Connection: close\r\n\r\n".encode()
-    return admin_request(g, raw, head=method == "HEAD")
+    return admin_request(g, raw, timeout=timeout, head=method == "HEAD")
 
 
 @pytest.fixture(scope="module")
