@@ -1,6 +1,7 @@
 """A limit admits what it promises under a flood, through Redis and the memory store:
-token_bucket and gcra at a high rate with burst 1 (where each store round trip used to
-cost a turn), and sliding_window from idle (whose first bucket used to admit a whole
+token_bucket and gcra at a high rate (never above it with burst 1, where each store round
+trip used to cost a turn; within 2% with a burst that outlasts the machine's stalls), and
+sliding_window from idle (whose first bucket used to admit a whole
 extra limit). The flood is several pipelined keep-alive connections on one key: wrk's
 for the rates, this file's client (which also checks every answer's status) for the
 window."""
@@ -19,7 +20,7 @@ from conftest import SANITIZED, Thread, join_all, record
 # The sanitizer build is several times slower, and one core (taskset -c 0) carries the
 # gateway, Redis and the client at once: a rate each can still carry, so that what is
 # measured is the limiter, not how often the machine stalls (with burst 1 every stall
-# past 1/rate loses a token). The token_bucket and gcra floods come from wrk: the Python
+# past 1/rate loses a token, hence the second burst below). The token_bucket and gcra floods come from wrk: the Python
 # client's threads, waiting on each other for the interpreter, left the gateway with
 # nothing to decide for a few ms at a time, and on an idle 2-core machine that lost
 # 0.1-0.3 of the promise at 1000/s on some runs (wrk there: 0.995-1.0, and 0.95+ with a
@@ -132,32 +133,35 @@ def wrk_flood(port, seconds, tmp_path, clients=4):
 @pytest.mark.parametrize("store", ["memory", "redis"])
 @pytest.mark.parametrize("algo", ["gcra", "token_bucket"])
 def test_rate_limits_admit_what_they_promise_under_a_flood(gateway_factory, redis_server, store, algo, tmp_path):
-    g = gateway_factory(store=store, redis=redis_server.address, workers=2,
-                        routes=routes(f"algorithm: {algo}\n        rate: {RATE}/s\n        burst: 1"))
-    # Never above the promise (each flood starts with the bucket full, as from an empty
-    # key: a tenth of a second refills burst 1 at this rate), checked on every flood, and
-    # so is a floor of 0.9: a lost turn per round trip, the bug this guards against,
-    # gives well under 0.9 on every flood. Within 5% of it (0.98-0.99 on an idle
-    # machine), and short of 0.98 it is tried once more: with burst 1 every stall of the
-    # machine past 1/rate loses a token, so what a flood reaches depends on what else the
-    # machine runs (measured: 0.959 and 0.966 for gcra on the memory store while a
-    # sanitizer soak ran beside the suite; once 0.962 in CI right after the build). Every
-    # flood's ratio is recorded (shown in the run's summary, and with a failure).
-    floods = []
-    for attempt in range(2):
-        time.sleep(0.1)  # (what the flood needs: the bucket full again)
-        admitted, elapsed = wrk_flood(g.port, SECONDS, tmp_path)
-        promised = RATE * elapsed + 1
-        ratio = admitted / promised
-        line = (f"{algo} {store} flood {attempt + 1}: admitted {admitted} of {promised:.1f} ({ratio:.4f})"
-                + (", short of 0.98: tried again" if ratio < 0.98 and attempt == 0 else ""))
-        record(line)
-        floods.append((admitted, round(promised, 1), round(ratio, 4)))
-        assert admitted <= promised + 2, floods
-        assert ratio >= 0.9, floods
-        if ratio >= 0.98:
-            break
-    assert max(f[2] for f in floods) >= 0.95, floods
+    # Never above the promise, and not short of it by more than the machine's stalls can
+    # explain. The promise is rate x elapsed + burst (each flood starts with the bucket
+    # full, as from an empty key). With burst 1, every moment past 1/rate (+ the 2 ms a
+    # late turn is credited) in which no worker, or Redis, is on a CPU loses a token for
+    # good: on a virtual machine whose host takes the CPU away (66% steal measured on one
+    # CI machine) that lost 0.1-0.35 of the promise at 1000/s, and more through Redis
+    # (three processes to be scheduled, not one). So the floor is checked with a burst
+    # that holds 100 ms of tokens (stalls shorter than that lose nothing), and burst 1 is
+    # checked for the ceiling, its ratio recorded: the late-turn credit it exercised is
+    # unit-tested in limit_test.cpp (rate-based limits: a turn taken late ...), exactly.
+    burst = RATE // 10
+    for b in (1, burst):
+        g = gateway_factory(store=store, redis=redis_server.address, workers=2,
+                            routes=routes(f"algorithm: {algo}\n        rate: {RATE}/s\n        burst: {b}"))
+        floods = []
+        for attempt in range(2):
+            time.sleep(b / RATE + 0.1)  # (the bucket full again)
+            admitted, elapsed = wrk_flood(g.port, SECONDS, tmp_path)
+            promised = RATE * elapsed + b
+            ratio = admitted / promised
+            record(f"{algo} {store} burst {b} flood {attempt + 1}: admitted {admitted} of {promised:.1f} ({ratio:.4f})")
+            floods.append((admitted, round(promised, 1), round(ratio, 4)))
+            assert admitted <= promised + 2, floods
+            if b == 1 or ratio >= 0.98:
+                break
+        # (short of 0.98 it was tried once more: a stall past 100 ms is rare, not never)
+        if b > 1:
+            assert max(f[2] for f in floods) >= 0.98, floods
+        g.stop()
 
 
 @pytest.mark.parametrize("store", ["memory", "redis"])
