@@ -138,15 +138,47 @@ std::string key_text(const config::key_source& k) {
   return "?";
 }
 
+namespace {
+
+const char* balance_name(config::balance b) {
+  switch (b) {
+    case config::balance::least_conn: return "least_conn";
+    case config::balance::hash: return "hash";
+    case config::balance::round_robin: break;
+  }
+  return "round_robin";
+}
+
+json::object upstream_json(const config::upstream_config& u) {
+  json::array servers;
+  for (const auto& s : u.servers) servers.emplace_back(json::object{{"address", s.address.str()}, {"weight", s.weight}});
+  json::array statuses;
+  for (auto s : u.eject.statuses) statuses.emplace_back(s);
+  json::object out{{"servers", std::move(servers)},
+                   {"balance", balance_name(u.balance)},
+                   {"eject", json::object{{"failures", u.eject.failures},
+                                          {"base_time_ms", ms(u.eject.base_time)},
+                                          {"max_time_ms", ms(u.eject.max_time)},
+                                          {"max_share", u.eject.max_share},
+                                          {"statuses", std::move(statuses)}}},
+                   {"retries", u.retries},
+                   {"retry_budget", json::object{{"share", u.budget.share}, {"min", u.budget.min}}},
+                   {"connect_timeout_ms", ms(u.connect_timeout)},
+                   {"response_timeout_ms", ms(u.response_timeout)},
+                   {"max_idle", u.max_idle}};
+  // The one-server form, as it was written.
+  if (u.servers.size() == 1) out["address"] = u.servers.front().address.str();
+  if (u.balance == config::balance::hash) out["hash_key"] = key_text(u.hash_key);
+  return out;
+}
+
+}  // namespace
+
 json::object config_to_json(const config::config& cfg) {
   json::object admin;
   if (cfg.admin.listen) admin["listen"] = cfg.admin.listen->str();
   json::object upstreams;
-  for (const auto& u : cfg.upstreams)
-    upstreams[u.name] = json::object{{"address", u.address.str()},
-                                     {"connect_timeout_ms", ms(u.connect_timeout)},
-                                     {"response_timeout_ms", ms(u.response_timeout)},
-                                     {"max_idle", u.max_idle}};
+  for (const auto& u : cfg.upstreams) upstreams[u.name] = upstream_json(u);
   json::array routes;
   for (const auto& r : cfg.routes) routes.emplace_back(route_json(r));
   const bool json_log = cfg.log.format == config::log_format::json;

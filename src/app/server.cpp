@@ -328,7 +328,7 @@ admin::reload_outcome server::reload(std::string_view why) {
   layout_.assign(*next);
   if (next->log.level != was->cfg->log.level) spdlog::set_level(spdlog::level::from_str(next->log.level));
   auto access = next->log == was->cfg->log ? access_ : obs::access_log::open(next->log);
-  auto rt = http::compiled_config::build(next);
+  auto rt = http::compiled_config::build(next, was.get());
   if (workers_running_) {
     // Every worker takes it before the answer: a request sent after it sees the new one.
     struct acks {

@@ -98,14 +98,6 @@ struct http_config {
   std::size_t max_connections = 0;
 };
 
-struct upstream_config {
-  std::string name;
-  endpoint address;
-  duration connect_timeout{2'000};
-  duration response_timeout{30'000};
-  std::size_t max_idle = 64;
-};
-
 enum class algorithm { fixed_window, sliding_log, sliding_window, token_bucket, gcra, concurrency };
 enum class on_store_error { allow, deny, local };
 enum class headers_mode { ietf, legacy, both, none };
@@ -114,6 +106,52 @@ enum class on_missing_key { anonymous, skip };
 struct key_source {
   enum class kind { global, ip, header, query, cookie } type = kind::global;
   std::string name;  // header / query / cookie name
+  bool operator==(const key_source&) const = default;
+};
+
+enum class balance { round_robin, least_conn, hash };
+
+struct upstream_server {
+  endpoint address;
+  unsigned weight = 1;
+  bool operator==(const upstream_server&) const = default;
+};
+
+// Passive health: a server that fails `failures` times in a row (connect failures,
+// resets and timeouts before a response, and the listed statuses) is not chosen for
+// base_time, doubled at each ejection that follows without a success in between, up
+// to max_time; never more than max_share of an upstream's servers at once.
+struct eject_config {
+  unsigned failures = 5;  // 0: never ejected
+  duration base_time{10'000};
+  duration max_time{300'000};
+  double max_share = 0.5;
+  std::vector<unsigned> statuses;  // responses that count as failures (e.g. 502, 503, 504)
+  bool operator==(const eject_config&) const = default;
+};
+
+// Retries on another server take at most this share of the upstream's requests in
+// flight (Envoy's retry budget), and `min` are always allowed.
+struct retry_budget {
+  double share = 0.2;
+  unsigned min = 3;
+  bool operator==(const retry_budget&) const = default;
+};
+
+struct upstream_config {
+  std::string name;
+  // `address:` is the one-server form of `servers:` (weight 1).
+  std::vector<upstream_server> servers;
+  config::balance balance = balance::round_robin;
+  key_source hash_key{key_source::kind::ip, {}};  // balance: hash
+  eject_config eject;
+  // Tries on another server after a connect failure (any request) or a reset before
+  // any response byte (idempotent requests without a body).
+  unsigned retries = 1;
+  retry_budget budget;
+  duration connect_timeout{2'000};
+  duration response_timeout{30'000};
+  std::size_t max_idle = 64;  // per server
 };
 
 struct limit_config {

@@ -206,33 +206,7 @@ class loader {
     if (auto n = o.get("max_connections"); present(n)) set(h.max_connections, r_.unsigned_int(n, 0, 10'000'000));
   }
 
-  void upstreams(const YAML::Node& node, config& c) {
-    if (!node.IsMap()) {
-      r_.error(node, "upstreams must be a mapping of name to upstream");
-      return;
-    }
-    if (!r_.within(node, caps::upstreams, "a configuration", "upstreams")) return;
-    for (auto it = node.begin(); it != node.end(); ++it) {
-      upstream_config u;
-      u.name = it->first.Scalar();
-      if (!util::is_name(u.name)) r_.error(it->first, "invalid upstream name '" + u.name + "' (letters, digits, - _ .)");
-      else if (std::any_of(c.upstreams.begin(), c.upstreams.end(), [&](auto& x) { return x.name == u.name; }))
-        r_.error(it->first, "duplicate upstream name '" + u.name + "'");
-      yaml_reader::object o(r_, it->second, "upstream '" + u.name + "'");
-      if (!present(it->second)) r_.error(it->first, "upstream '" + u.name + "' needs an address");
-      if (!o.ok()) {
-        c.upstreams.push_back(std::move(u));  // keep the name known: routes using it get no second error
-        continue;
-      }
-      auto addr = o.get("address");
-      if (present(addr)) set(u.address, r_.parsed<endpoint>(addr, parse_endpoint, "upstream address (want host:port)"));
-      else r_.error(it->first, "upstream '" + u.name + "' needs an address");
-      if (auto n = o.get("connect_timeout"); present(n)) set(u.connect_timeout, positive_duration(n));
-      if (auto n = o.get("response_timeout"); present(n)) set(u.response_timeout, positive_duration(n));
-      if (auto n = o.get("max_idle"); present(n)) set(u.max_idle, r_.unsigned_int(n, 0, 100000));
-      c.upstreams.push_back(std::move(u));
-    }
-  }
+  void upstreams(const YAML::Node& node, config& c) { detail::load_upstreams(r_, node, c); }
 
   yaml_reader r_;
 };

@@ -20,6 +20,12 @@ void set(T& dst, const std::optional<U>& v) {
 // A duration above zero; else an error at `n`.
 std::optional<duration> positive_duration(yaml_reader& r, const YAML::Node& n);
 
+// A limit key or hash key: global, ip, header:<Name>, query:<name> or cookie:<name>.
+std::optional<key_source> key_source_of(yaml_reader& r, const YAML::Node& n);
+
+// upstreams: the mapping of name to upstream (config/upstream_loader.cpp).
+void load_upstreams(yaml_reader& r, const YAML::Node& node, config& c);
+
 // Walks the whole document, aliases expanded, and says where it passes caps::nodes or
 // caps::depth (an alias bomb, a file of deeply nested lists): nothing else is looked
 // at then.

@@ -163,7 +163,7 @@ void route_loader::response(const YAML::Node& node, response_config& rc) {
   }
 }
 
-std::optional<key_source> route_loader::key(const YAML::Node& n) {
+std::optional<key_source> key_source_of(yaml_reader& r_, const YAML::Node& n) {
   auto s = r_.string(n);
   if (!s) return std::nullopt;
   if (*s == "global") return key_source{key_source::kind::global, {}};
@@ -184,6 +184,8 @@ std::optional<key_source> route_loader::key(const YAML::Node& n) {
   }
   return key_source{*k, name};
 }
+
+std::optional<key_source> route_loader::key(const YAML::Node& n) { return key_source_of(r_, n); }
 
 void route_loader::limits(const YAML::Node& node, route_config& rc) {
   if (!node.IsSequence()) {

@@ -6,7 +6,7 @@
 
 namespace fg::http {
 
-std::shared_ptr<const compiled_config> compiled_config::build(config::snapshot cfg) {
+std::shared_ptr<const compiled_config> compiled_config::build(config::snapshot cfg, const compiled_config* previous) {
   auto rt = std::make_shared<compiled_config>();
   for (const auto& r : cfg->routes) {
     const bool prefix = r.match.path.empty();
@@ -36,7 +36,13 @@ std::shared_ptr<const compiled_config> compiled_config::build(config::snapshot c
     for (const auto& l : r.limits)
       for (const auto& k : l.key)
         if (k.type == config::key_source::kind::header) rt->interpreted.push_back(k.name);
-  for (const auto& u : cfg->upstreams) rt->upstream_hosts.push_back(u.address.str());
+  for (const auto& u : cfg->upstreams) {
+    if (u.balance == config::balance::hash && u.hash_key.type == config::key_source::kind::header)
+      rt->interpreted.push_back(u.hash_key.name);
+    // With several servers, the first's: a request without Host is HTTP/1.0's, and rare.
+    rt->upstream_hosts.push_back(u.servers.empty() ? std::string() : u.servers.front().address.str());
+  }
+  rt->servers = upstream::server_set::build(cfg->upstreams, previous ? previous->servers.get() : nullptr);
   rt->cfg = std::move(cfg);
   return rt;
 }

@@ -6,6 +6,7 @@
 #include "config/config.hpp"
 #include "net/client_ip.hpp"
 #include "routing/route_table.hpp"
+#include "upstream/servers.hpp"
 
 namespace fg::http {
 
@@ -26,7 +27,11 @@ struct compiled_config {
   // Per upstream (by index): the Host given to a request that has none.
   std::vector<std::string> upstream_hosts;
 
-  static std::shared_ptr<const compiled_config> build(config::snapshot cfg);
+  // Every upstream's servers and their health, shared by the workers (kept from
+  // `previous` for the servers a reload keeps).
+  std::shared_ptr<const upstream::server_set> servers;
+
+  static std::shared_ptr<const compiled_config> build(config::snapshot cfg, const compiled_config* previous = nullptr);
 };
 
 }  // namespace fg::http

@@ -23,6 +23,7 @@
 #include "http/framing.hpp"
 #include "http/upstream_failure.hpp"
 #include "limit/decision_source.hpp"
+#include "upstream/choice.hpp"
 #include "upstream/pool.hpp"
 #include "util/asio.hpp"
 
@@ -156,6 +157,13 @@ class session {
   };
   asio::awaitable<first_piece> read_first_piece();
   void log_failure(const config::upstream_config& cfg, stage at, error_code ec, bool upstream_fault) const;
+  std::optional<std::uint64_t> balance_key(const config::upstream_config& up) const;
+  struct next_try {
+    bool again = false;    // else answer `status`
+    bool idle_ok = false;  // the next try may take a pooled connection
+    unsigned status = 0;
+  };
+  next_try after_failure(const config::upstream_config& up_cfg, stage at, error_code ec, exchange_state& st);
   asio::awaitable<error_code> send_rest_of_body(upstream::connection& up, const config::upstream_config& cfg);
   // A fresh parser for the response head (1xx other than 101 are read past).
   void prepare_response_parser();
@@ -183,6 +191,7 @@ class session {
   head_scanner scanner_;
   lazy_optional<request_parser> parser_;
   lazy_optional<response_parser> rp_;
+  upstream::choice choice_;  // this request's server (forward() ends its hold)
   std::unique_ptr<char[]> body_buf_;
   std::string head_out_;
   body_write writes_;  // the buffers of the body write in flight

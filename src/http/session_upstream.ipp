@@ -201,8 +201,63 @@ asio::awaitable<typename session<Stream>::first_piece> session<Stream>::read_fir
 template <class Stream>
 void session<Stream>::log_failure(const config::upstream_config& cfg, stage at, error_code ec,
                                   bool upstream_fault) const {
-  if (upstream_fault) spdlog::warn("upstream {} ({}): {}: {}", cfg.name, cfg.address.str(), describe(at, ec), ec.message());
+  if (upstream_fault) spdlog::warn("upstream {} ({}): {}: {}", cfg.name, choice_.address(), describe(at, ec), ec.message());
   else spdlog::debug("{}: {}: {}", peer_str_, describe(at, ec), ec.message());
+}
+
+// At the end of an exchange: no deadline on the upstream socket, the server let go.
+struct forget_upstream {
+  deadline::entry& e;
+  upstream::choice& c;
+  ~forget_upstream() {
+    e.upstream = nullptr;
+    c.end();
+  }
+};
+
+// What a failed try counts as against its server (passive health).
+inline upstream::failure_kind failure_of(stage at, error_code ec) {
+  if (ec == beast::error::timeout || ec == asio::error::timed_out) return upstream::failure_kind::timeout;
+  return at == stage::connect ? upstream::failure_kind::connect : upstream::failure_kind::reset;
+}
+
+// A try failed at `at`: again on the same server afresh (a stale pooled connection), on
+// another server (upstream.retries), or the answer. Counted against the server when it
+// was its fault, and logged.
+template <class Stream>
+typename session<Stream>::next_try session<Stream>::after_failure(const config::upstream_config& up_cfg, stage at,
+                                                                  error_code ec, exchange_state& st) {
+  const auto action = on_failure(at, ec, st);
+  if (action.retry) {
+    st.first = false;
+    return {true, false, 0};
+  }
+  // (a pooled connection the peer closed is no fault of the server's)
+  if (action.upstream && at != stage::request_body && (!st.reused || at == stage::connect))
+    choice_.failed(failure_of(at, ec), deadline::coarse_now);
+  log_failure(up_cfg, at, ec, action.upstream);
+  if (action.another_server && choice_.retry(deadline::coarse_now)) {
+    st.first = true;
+    return {true, true, 0};
+  }
+  return {false, false, action.status};
+}
+
+// balance: hash: the request's hash_key, hashed (nullopt: the request lacks it).
+template <class Stream>
+std::optional<std::uint64_t> session<Stream>::balance_key(const config::upstream_config& up) const {
+  if (up.balance != config::balance::hash) return std::nullopt;
+  const auto& req = parser_->get();
+  limit::request_parts parts;
+  parts.client = ad_.client.who.key;
+  std::string_view target = req.target();
+  if (auto q = target.find('?'); q != std::string_view::npos) parts.query = target.substr(q + 1);
+  parts.header = &lookup_header;
+  parts.header_ctx = static_cast<const bhttp::fields*>(&req.base());
+  std::string scratch;
+  auto v = limit::source_value(up.hash_key, parts, scratch);
+  if (!v) return std::nullopt;
+  return util::fnv1a(*v);
 }
 
 // Send the request, read the response head (one retry on a stale pooled connection),
@@ -229,18 +284,17 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
   const auto t0 = timing ? clock::now() : clock::time_point{};
   upstream::connection_ptr up;
   // Declared after `up`, so destroyed before it: the sweeper never sees a freed socket.
-  struct forget_upstream {
-    deadline::entry& e;
-    ~forget_upstream() { e.upstream = nullptr; }
-  } forget{*watch_};
+  forget_upstream forget{*watch_, choice_};
+  choice_.begin(*ctx_.pool, up_cfg, rt_->servers->of(route.upstream_index), balance_key(up_cfg), deadline::coarse_now);
   exchange_state st;
   st.retry_safe = is_idempotent(req.method()) && !ad_.has_body();
-  for (;; st.first = false) {
+  for (bool idle_ok = true;;) {
     error_code ec;
     auto at = stage::connect;
+    st.reused = false;
     // (GCC 12: no co_await inside a conditional expression.)
-    if (st.first) up = ctx_.pool->take_idle(up_cfg, *watch_);
-    if (!up) up = co_await ctx_.pool->connect(up_cfg, *watch_, ec);
+    if (idle_ok) up = ctx_.pool->take_idle(up_cfg, *watch_, choice_.server());
+    if (!up) up = co_await ctx_.pool->connect(up_cfg, *watch_, ec, choice_.server());
     if (up) {
       // Head and first body piece in one write.
       at = stage::send;
@@ -265,13 +319,13 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
       more = !ec && code >= 100 && code < 200 && code != 101;
     }
     if (!ec) break;
-    auto action = on_failure(at, ec, st);
     watch_->upstream = nullptr;
     up.reset();
-    if (action.retry) continue;
-    log_failure(up_cfg, at, ec, action.upstream);
-    co_return co_await send_local(action.status, false);
+    const auto next = after_failure(up_cfg, at, ec, st);
+    idle_ok = next.idle_ok;
+    if (!next.again) co_return co_await send_local(next.status, false);
   }
+  choice_.answered(rp_->get().result_int(), deadline::coarse_now);
   if (timing) note_upstream_time(route, clock::now() - t0);
   // Only a WebSocket upgrade we asked for becomes a tunnel: anything else would carry
   // the connection's later requests past routing and limits.

@@ -41,16 +41,19 @@ const boost::system::error_category& body_category() {
 failure_action on_failure(stage at, boost::system::error_code ec, const exchange_state& s) {
   const bool may_retry = s.reused && s.retry_safe && s.first;
   switch (at) {
-    case stage::connect: return {false, 502};
+    // Nothing was sent: any request may go to another server.
+    case stage::connect: return {false, 502, true, true};
     // A write that timed out is not tried again: the request would wait twice as long.
-    case stage::send: return may_retry && !timed_out(ec) ? failure_action{true, 0} : failure_action{false, 502};
+    case stage::send:
+      if (timed_out(ec)) return {false, 502};
+      return may_retry ? failure_action{true, 0} : failure_action{false, 502, true, s.retry_safe};
     case stage::request_body:
       if (ec == body_errc::too_large) return {false, 413, false};
       return {false, ec == body_errc::timeout ? 408u : 400u, false};
     case stage::response_head:
       if (timed_out(ec)) return {false, 504};
       if (may_retry && nothing_received(ec)) return {true, 0};
-      return {false, 502};
+      return {false, 502, true, s.retry_safe && nothing_received(ec)};
     case stage::response_body:
       if (s.response_begun) return {false, 0};
       return {false, timed_out(ec) ? 504u : 502u};

@@ -2,7 +2,7 @@
 #include <boost/system/error_code.hpp>
 
 // What a failed step of the upstream exchange comes to, in one table: retry once on a
-// fresh connection, or the status to answer (0: the response has begun, so close the
+// fresh connection (a stale pooled one), try another server, or the status to answer (0: the response has begun, so close the
 // connection and let the client see it cut short). Pure; unit-tested as a table.
 namespace fg::http {
 
@@ -30,6 +30,9 @@ struct failure_action {
   bool retry = false;
   unsigned status = 0;   // to answer, unless retry; 0: close without an answer
   bool upstream = true;  // the upstream's fault (logged as a warning), else the client's
+  // Instead of the answer, the request may go to another server (upstream.retries):
+  // nothing was sent, or it is safe to send again and nothing came back.
+  bool another_server = false;
 };
 
 failure_action on_failure(stage at, boost::system::error_code ec, const exchange_state& s);

@@ -114,6 +114,37 @@ std::optional<std::string_view> cookie_value(std::string_view header, std::strin
   return std::nullopt;
 }
 
+std::optional<std::string_view> source_value(const config::key_source& src, const request_parts& r, std::string& decoded) {
+  using kind = config::key_source::kind;
+  std::optional<std::string_view> v;
+  switch (src.type) {
+    case kind::global: v = "*"; break;
+    case kind::ip: v = r.client; break;
+    case kind::header: v = r.header ? r.header(r.header_ctx, src.name) : std::nullopt; break;
+    case kind::query:
+      // Decoded, so "abc" and "%61bc" are one identity (as they are to the upstream).
+      if (auto raw = query_param(r.query, src.name)) {
+        if (percent_decode(*raw, true, decoded)) v = decoded;  // valid: query_param checked
+      }
+      break;
+    case kind::cookie: {
+      // Percent-decoded too ('+' stays): Spring's @CookieValue reads "%4B" as "K".
+      auto c = r.header ? r.header(r.header_ctx, "Cookie") : std::nullopt;
+      if (c) {
+        if (auto raw = cookie_value(*c, src.name)) {
+          // A value with a bad escape is taken as it is.
+          v = raw->find('%') != std::string_view::npos && percent_decode(*raw, false, decoded)
+                  ? std::string_view(decoded)
+                  : *raw;
+        }
+      }
+      break;
+    }
+  }
+  if (v && v->empty() && src.type != kind::global) v.reset();
+  return v;
+}
+
 bool build_key(std::string& out, std::string_view prefix, std::string_view route, const config::limit_config& l,
                const request_parts& r, bool cluster) {
   using kind = config::key_source::kind;
@@ -128,32 +159,7 @@ bool build_key(std::string& out, std::string_view prefix, std::string_view route
   std::string decoded;
   bool first = true;
   for (const auto& src : l.key) {
-    std::optional<std::string_view> v;
-    switch (src.type) {
-      case kind::global: v = "*"; break;
-      case kind::ip: v = r.client; break;
-      case kind::header: v = r.header ? r.header(r.header_ctx, src.name) : std::nullopt; break;
-      case kind::query:
-        // Decoded, so "abc" and "%61bc" are one identity (as they are to the upstream).
-        if (auto raw = query_param(r.query, src.name)) {
-          if (percent_decode(*raw, true, decoded)) v = decoded;  // valid: query_param checked
-        }
-        break;
-      case kind::cookie: {
-        // Percent-decoded too ('+' stays): Spring's @CookieValue reads "%4B" as "K".
-        auto c = r.header ? r.header(r.header_ctx, "Cookie") : std::nullopt;
-        if (c) {
-          if (auto raw = cookie_value(*c, src.name)) {
-            // A value with a bad escape is taken as it is.
-            v = raw->find('%') != std::string_view::npos && percent_decode(*raw, false, decoded)
-                    ? std::string_view(decoded)
-                    : *raw;
-          }
-        }
-        break;
-      }
-    }
-    if (v && v->empty() && src.type != kind::global) v.reset();
+    auto v = source_value(src, r, decoded);
     if (!first) out += '|';
     first = false;
     if (!v) {

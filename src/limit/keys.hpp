@@ -51,6 +51,10 @@ void build_checks(std::vector<check>& checks, std::string_view prefix, const con
 std::optional<std::string_view> query_param(std::string_view query, std::string_view name);
 std::optional<std::string_view> cookie_value(std::string_view cookie_header, std::string_view name);
 
+// What one key source reads from a request ("*" for global; query and cookie values
+// percent-decoded, into `scratch` where they need it); nullopt when it is missing or empty.
+std::optional<std::string_view> source_value(const config::key_source& src, const request_parts& r, std::string& scratch);
+
 // Percent-encodes what could confuse a key (see build_key).
 void append_encoded(std::string& out, std::string_view value);
 

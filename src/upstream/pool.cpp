@@ -7,6 +7,8 @@
 #include <spdlog/spdlog.h>
 
 #include <sys/socket.h>
+
+#include <algorithm>
 #include "util/asio.hpp"
 
 namespace fg::upstream {
@@ -21,15 +23,22 @@ void pool::configure(const std::vector<config::upstream_config>& upstreams) {
     auto& n = next[u.name];
     n.cfg = u;
     auto old = slots_.find(u.name);
-    if (old != slots_.end() && old->second.cfg.address.str() == u.address.str()) {
-      n.idle = std::move(old->second.idle);
-      n.endpoints = std::move(old->second.endpoints);
-      n.resolved_at = old->second.resolved_at;
-      n.address_id = old->second.address_id;
-    } else {
-      n.address_id = ++next_address_id_;
+    for (const auto& sv : u.servers) {
+      server_slot ns;
+      ns.address = sv.address;
+      if (old != slots_.end()) {
+        auto& olds = old->second.servers;
+        auto it = std::find_if(olds.begin(), olds.end(), [&](auto& o) { return o.address.str() == sv.address.str(); });
+        if (it != olds.end()) ns = std::move(*it);
+      }
+      if (ns.address_id == 0) ns.address_id = ++next_address_id_;
+      if (ns.idle.size() > u.max_idle) ns.idle.resize(u.max_idle);
+      n.servers.push_back(std::move(ns));
     }
-    if (n.idle.size() > n.cfg.max_idle) n.idle.resize(n.cfg.max_idle);
+    // A connection's `server` is its index: kept connections are renumbered.
+    for (std::size_t i = 0; i < n.servers.size(); ++i)
+      for (auto& c : n.servers[i].idle) c->server = i;
+    if (old != slots_.end() && old->second.servers.size() == n.servers.size()) n.picks = std::move(old->second.picks);
   }
   slots_ = std::move(next);
   last_ = nullptr;
@@ -38,7 +47,8 @@ void pool::configure(const std::vector<config::upstream_config>& upstreams) {
 
 void pool::count_idle() {
   std::size_t n = 0;
-  for (const auto& [name, s] : slots_) n += s.idle.size();
+  for (const auto& [name, s] : slots_)
+    for (const auto& sv : s.servers) n += sv.idle.size();
   idle_total_.store(n, std::memory_order_relaxed);
 }
 
@@ -48,6 +58,21 @@ pool::slot* pool::find(std::string_view name) {
   if (it == slots_.end()) return nullptr;
   last_ = &*it;
   return &it->second;
+}
+
+pool::server_slot* pool::find(std::string_view name, const config::upstream_config& want, std::size_t i) {
+  auto* s = find(name);
+  if (!s || i >= s->servers.size() || i >= want.servers.size()) return nullptr;
+  auto& sv = s->servers[i];
+  return sv.address.str() == want.servers[i].address.str() ? &sv : nullptr;
+}
+
+std::optional<std::size_t> pool::pick(const config::upstream_config& upstream, const upstream_servers& servers,
+                                      const pick_input& in) {
+  auto* s = find(upstream.name);
+  if (s && s->servers.size() == servers.servers.size()) return upstream::pick(servers, s->picks, in);
+  pick_state scratch;  // a request of a config a reload replaced: balanced without memory
+  return upstream::pick(servers, scratch, in);
 }
 
 namespace {
@@ -67,10 +92,10 @@ bool still_usable(connection& c, std::chrono::steady_clock::time_point now) {
 
 }  // namespace
 
-connection_ptr pool::take_idle(const config::upstream_config& upstream, deadline::entry& watch) {
-  auto* s = find(upstream.name);
-  // (an upstream a reload removed or moved has no idle connections for this request)
-  if (!s || s->cfg.address.str() != upstream.address.str()) return nullptr;
+connection_ptr pool::take_idle(const config::upstream_config& upstream, deadline::entry& watch, std::size_t server) {
+  // (a server a reload removed or moved has no idle connections for this request)
+  auto* s = find(upstream.name, upstream, server);
+  if (!s) return nullptr;
   auto now = deadline::coarse_now;
   while (!s->idle.empty()) {
     auto c = std::move(s->idle.back());
@@ -86,15 +111,14 @@ connection_ptr pool::take_idle(const config::upstream_config& upstream, deadline
 }
 
 asio::awaitable<connection_ptr> pool::connect(const config::upstream_config& want, deadline::entry& watch,
-                                              boost::system::error_code& ec) {
-  // The pool's slot for this upstream, if it is still the one the request was routed
-  // to: a reload may have removed it or moved its address meanwhile, and a request
-  // that started before the reload still goes where its configuration says (unpooled).
+                                              boost::system::error_code& ec, std::size_t server) {
+  // The pool's slot for this server, if it is still the one the request was routed
+  // to: a reload may have removed it meanwhile, and a request that started before the
+  // reload still goes where its configuration says (unpooled).
   const std::string name = want.name;  // the caller's config may not outlive a reload
   const auto cfg = want;
-  auto same = [&](slot* s) { return s && s->cfg.address.str() == cfg.address.str(); };
-  auto* s = find(name);
-  if (!same(s)) s = nullptr;
+  const auto address = cfg.servers.at(server).address;
+  auto* s = find(name, cfg, server);
   auto now = std::chrono::steady_clock::now();
   watch.arm(cfg.connect_timeout);
   std::vector<tcp::endpoint> eps;
@@ -102,15 +126,15 @@ asio::awaitable<connection_ptr> pool::connect(const config::upstream_config& wan
     eps = s->endpoints;
   } else {
     tcp::resolver resolver(ex_);
-    auto port = std::to_string(cfg.address.port);
-    auto [rec, results] = co_await resolver.async_resolve(cfg.address.host, port, tcp::resolver::numeric_service, use_tuple);
+    auto port = std::to_string(address.port);
+    auto [rec, results] = co_await resolver.async_resolve(address.host, port, tcp::resolver::numeric_service, use_tuple);
     if (rec) {
       ec = rec;
       co_return nullptr;
     }
     for (const auto& r : results) eps.push_back(r.endpoint());
     // The slot may have gone (or changed) with a reload during the resolve.
-    if (s = find(name); same(s)) {
+    if (s = find(name, cfg, server); s) {
       s->endpoints = eps;
       s->resolved_at = now;
     }
@@ -120,15 +144,16 @@ asio::awaitable<connection_ptr> pool::connect(const config::upstream_config& wan
     co_return nullptr;
   }
   auto c = std::make_unique<connection>(ex_);
-  s = find(name);
-  c->address_id = same(s) ? s->address_id : 0;  // 0: never taken back into the pool
+  s = find(name, cfg, server);
+  c->address_id = s ? s->address_id : 0;  // 0: never taken back into the pool
+  c->server = server;
   watch.upstream = &c->socket;
   auto [cec, ep] = co_await asio::async_connect(c->socket, eps, use_tuple);
   if (cec) {
     watch.upstream = nullptr;
     ec = watch.expired ? boost::system::error_code(asio::error::timed_out) : cec;
     // Resolve again next time: the address may have moved.
-    if (s = find(name); same(s)) s->resolved_at = {};
+    if (s = find(name, cfg, server); s) s->resolved_at = {};
     co_return nullptr;
   }
   c->socket.set_option(tcp::no_delay(true), cec);
@@ -138,21 +163,33 @@ asio::awaitable<connection_ptr> pool::connect(const config::upstream_config& wan
 
 void pool::release(std::string_view upstream, connection_ptr c) {
   auto* s = find(upstream);
+  if (!s || c->address_id == 0) return;
+  // (a reload may have moved the server in the list: found by its address's id)
+  if (c->server >= s->servers.size() || s->servers[c->server].address_id != c->address_id) {
+    auto it = std::find_if(s->servers.begin(), s->servers.end(), [&](auto& sv) { return sv.address_id == c->address_id; });
+    if (it == s->servers.end()) return;
+    c->server = static_cast<std::size_t>(it - s->servers.begin());
+  }
+  auto& sv = s->servers[c->server];
   // Bytes after a complete response mean the upstream is out of step: never reuse.
-  if (!s || s->idle.size() >= s->cfg.max_idle || c->buffer.size() != 0 || c->address_id != s->address_id) return;
+  if (sv.idle.size() >= s->cfg.max_idle || c->buffer.size() != 0) return;
   c->idle_since = deadline::coarse_now;
-  s->idle.push_back(std::move(c));
+  sv.idle.push_back(std::move(c));
   idle_total_.store(idle_total_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
 void pool::close_idle() {
-  for (auto& [name, s] : slots_) s.idle.clear();
+  for (auto& [name, s] : slots_)
+    for (auto& sv : s.servers) sv.idle.clear();
   idle_total_.store(0, std::memory_order_relaxed);
 }
 
 std::size_t pool::idle_count(std::string_view upstream) const {
   auto it = slots_.find(upstream);
-  return it == slots_.end() ? 0 : it->second.idle.size();
+  if (it == slots_.end()) return 0;
+  std::size_t n = 0;
+  for (const auto& sv : it->second.servers) n += sv.idle.size();
+  return n;
 }
 
 }  // namespace fg::upstream

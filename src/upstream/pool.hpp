@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <string>
@@ -14,6 +15,7 @@
 
 #include "config/config.hpp"
 #include "deadline/board.hpp"
+#include "upstream/servers.hpp"
 
 namespace fg::upstream {
 
@@ -24,13 +26,15 @@ struct connection {
   boost::beast::flat_buffer buffer{64 * 1024};
   bool reused = false;  // came from the idle pool (may have been closed by the peer)
   std::chrono::steady_clock::time_point idle_since{};
-  std::uint64_t address_id = 0;  // which address of its upstream it is connected to (see pool)
+  std::uint64_t address_id = 0;  // which server address of its upstream it is connected to (see pool)
+  std::size_t server = 0;        // that server's position in the upstream's servers
 };
 using connection_ptr = std::unique_ptr<connection>;
 
-// Per-worker pools of keep-alive connections, one per upstream, by upstream name (a
-// reload that keeps an upstream keeps its idle connections; one that changes its address
-// drops them). Not thread-safe: it belongs to one worker's event loop. The connection
+// Per-worker pools of keep-alive connections, one per server of each upstream, by
+// upstream name and server address (a reload that keeps a server keeps its idle
+// connections; one that removes it drops them). The worker's round-robin position in
+// each upstream is kept here too (pick). Not thread-safe: it belongs to one worker's event loop. The connection
 // handed out is registered as the deadline entry's `upstream`, so the session's
 // deadline covers it.
 class pool {
@@ -41,13 +45,18 @@ class pool {
   // upstreams are dropped.
   void configure(const std::vector<config::upstream_config>& upstreams);
 
-  // An idle connection if one is alive, else null (then connect()).
-  connection_ptr take_idle(const config::upstream_config& upstream, deadline::entry& watch);
-  // A fresh connection to `upstream` as the request's configuration has it, never from
+  // The server of `upstream` for a request's next try (upstream::pick with this worker's
+  // round-robin position).
+  std::optional<std::size_t> pick(const config::upstream_config& upstream, const upstream_servers& servers,
+                                  const pick_input& in);
+  // An idle connection to `server` (its index in upstream.servers) if one is alive, else
+  // null (then connect()).
+  connection_ptr take_idle(const config::upstream_config& upstream, deadline::entry& watch, std::size_t server = 0);
+  // A fresh connection to `server` as the request's configuration has it, never from
   // the idle list (connect_timeout applies). After a reload that removed the upstream
-  // or moved its address, still there (such a connection is never pooled).
+  // or the server, still there (such a connection is never pooled).
   boost::asio::awaitable<connection_ptr> connect(const config::upstream_config& upstream, deadline::entry& watch,
-                                                 boost::system::error_code& ec);
+                                                 boost::system::error_code& ec, std::size_t server = 0);
   // Return a connection whose last exchange completed cleanly.
   void release(std::string_view upstream, connection_ptr c);
 
@@ -57,20 +66,28 @@ class pool {
   std::size_t idle_total() const { return idle_total_.load(std::memory_order_relaxed); }
 
  private:
-  struct slot {
-    config::upstream_config cfg;
+  struct server_slot {
+    config::endpoint address;
     std::vector<connection_ptr> idle;
     std::vector<boost::asio::ip::tcp::endpoint> endpoints;
     std::chrono::steady_clock::time_point resolved_at{};
-    // New whenever the upstream's address changes: a connection made to an older one is
-    // not taken back (a request of an older config snapshot may still hold one).
+    // New whenever a server comes (or comes back) into the upstream: a connection made
+    // to an older one is not taken back (a request of an older config snapshot may
+    // still hold one).
     std::uint64_t address_id = 0;
+  };
+  struct slot {
+    config::upstream_config cfg;
+    std::vector<server_slot> servers;  // as cfg.servers
+    pick_state picks;
   };
   struct name_hash {
     using is_transparent = void;
     std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
   slot* find(std::string_view name);
+  // The slot's server `i` if it is the one `want` names at i (else null: moved by a reload).
+  server_slot* find(std::string_view name, const config::upstream_config& want, std::size_t i);
   // The slot found last (most requests go to one upstream): no hashing for it.
   std::pair<const std::string, slot>* last_ = nullptr;
   boost::asio::any_io_executor ex_;

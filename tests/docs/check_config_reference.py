@@ -35,7 +35,10 @@ SECTIONS = {
     ("loader.cpp", "redis", "o"): "redis.",
     ("loader.cpp", "client_ip", "o"): "client_ip.",
     ("loader.cpp", "http", "o"): "http.",
-    ("loader.cpp", "upstreams", "o"): "upstreams.<name>.",
+    ("upstream_loader.cpp", "fill", "o"): "upstreams.<name>.",
+    ("upstream_loader.cpp", "servers", "so"): "upstreams.<name>.servers[].",
+    ("upstream_loader.cpp", "eject", "o"): "upstreams.<name>.eject.",
+    ("upstream_loader.cpp", "budget", "o"): "upstreams.<name>.retry_budget.",
     ("route_loader.cpp", "routes", "o"): "routes[].",
     ("route_loader.cpp", "match", "o"): "routes[].match.",
     ("route_loader.cpp", "response", "o"): "routes[].response.",
@@ -150,6 +153,22 @@ def emit(value, indent=0):
     return "\n".join(out)
 
 
+def upstream_for(rest, value):
+    """An upstream that sets one of its keys (`eject.failures`, `servers[].weight`)."""
+    up = dict(BASE_UPSTREAM)
+    if rest.startswith("servers[]."):
+        del up["address"]  # (address and servers are one or the other)
+        up["servers"] = [dict(BASE_UPSTREAM, **{rest[len("servers[]."):]: value})]
+    elif "." in rest:
+        section, field = rest.split(".", 1)
+        up[section] = {field: value}
+    else:
+        up[rest] = value
+        if rest == "hash_key":
+            up["balance"] = "hash"  # (read with balance: hash only)
+    return up
+
+
 def config_for(keys):
     """A file that sets each of `keys` ({path: YAML text}): the top-level sections' keys
     together, each upstream key on an upstream of its own, each route key on a route of
@@ -157,7 +176,7 @@ def config_for(keys):
     cfg = {"upstreams": {"api": dict(BASE_UPSTREAM)}, "routes": [dict(BASE_ROUTE, name="all")]}
     for i, (key, value) in enumerate(keys.items()):
         if key.startswith("upstreams.<name>."):
-            cfg["upstreams"][f"u{i}"] = dict(BASE_UPSTREAM, **{key.split(".")[-1]: value})
+            cfg["upstreams"][f"u{i}"] = upstream_for(key[len("upstreams.<name>."):], value)
         elif key.startswith("routes[]."):
             route = dict(BASE_ROUTE, name=f"r{i}", match=dict(BASE_ROUTE["match"]))
             rest = key[len("routes[]."):]

@@ -177,10 +177,10 @@ TEST_CASE("bad configurations report the first problem with line, column and mes
       // --- upstreams
       {"missing routes", kUpstreams, 1, 1, "missing required key 'routes'"},
       {"upstreams as a list", "upstreams: [api]\n" + routes_rest, 1, 12, "upstreams must be a mapping of name to upstream"},
-      {"upstream with no body", "upstreams:\n  api:\n" + routes_rest, 2, 3, "upstream 'api' needs an address"},
+      {"upstream with no body", "upstreams:\n  api:\n" + routes_rest, 2, 3, "upstream 'api' needs an address or servers"},
       {"upstream as a scalar", "upstreams:\n  api: \"127.0.0.1:9000\"\n" + routes_rest, 2, 8, "upstream 'api' must be a mapping"},
       {"upstream missing address (typo)", "upstreams:\n  api:\n    adress: \"127.0.0.1:9000\"\n" + routes_rest, 2, 3,
-       "upstream 'api' needs an address"},
+       "upstream 'api' needs an address or servers"},
       {"duplicate upstream name", kUpstreams + "  api:\n    address: \"127.0.0.1:9001\"\n" + routes_rest, 4, 3,
        "duplicate upstream name 'api'"},
       // --- routes
@@ -430,8 +430,8 @@ routes:                            # first match wins, in file order
 
   REQUIRE(c.upstreams.size() == 1);
   CHECK(c.upstreams[0].name == "api");
-  CHECK(c.upstreams[0].address.host == "127.0.0.1");
-  CHECK(c.upstreams[0].address.port == 9000);
+  CHECK(c.upstreams[0].servers.at(0).address.host == "127.0.0.1");
+  CHECK(c.upstreams[0].servers.at(0).address.port == 9000);
   CHECK(c.upstreams[0].connect_timeout == 2s);
   CHECK(c.upstreams[0].response_timeout == 30s);
   CHECK(c.upstreams[0].max_idle == 64);
@@ -534,8 +534,8 @@ routes:
   CHECK(c.http.max_body_bytes == 10u * 1024 * 1024);
 
   REQUIRE(c.upstreams.size() == 2);
-  CHECK(c.upstreams[1].address.host == "::1");
-  CHECK(c.upstreams[1].address.port == 9001);
+  CHECK(c.upstreams[1].servers.at(0).address.host == "::1");
+  CHECK(c.upstreams[1].servers.at(0).address.port == 9001);
   CHECK(c.upstreams[1].connect_timeout == 2s);  // default
   CHECK(c.upstreams[1].max_idle == 64);         // default
 

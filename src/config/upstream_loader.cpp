@@ -1,0 +1,141 @@
+#include <algorithm>
+#include <charconv>
+
+#include "config/caps.hpp"
+#include "config/duration.hpp"
+#include "config/loader_parts.hpp"
+#include "util/text.hpp"
+
+// upstreams: each a name, its servers (`address:` or `servers:`), how one is chosen, when
+// one is ejected, and how a failed try goes to another.
+namespace fg::config::detail {
+
+namespace {
+
+// A share in [0, 1], written as a decimal ("0.5", "1").
+std::optional<double> parse_share(std::string_view s) {
+  double v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc{} || end != s.data() + s.size() || !(v >= 0 && v <= 1)) return std::nullopt;
+  return v;
+}
+
+class upstream_loader {
+ public:
+  explicit upstream_loader(yaml_reader& r) : r_(r) {}
+
+  void upstream(const YAML::Node& name_n, const YAML::Node& node, config& c) {
+    upstream_config u;
+    u.name = name_n.Scalar();
+    if (!util::is_name(u.name)) r_.error(name_n, "invalid upstream name '" + u.name + "' (letters, digits, - _ .)");
+    else if (std::any_of(c.upstreams.begin(), c.upstreams.end(), [&](auto& x) { return x.name == u.name; }))
+      r_.error(name_n, "duplicate upstream name '" + u.name + "'");
+    yaml_reader::object o(r_, node, "upstream '" + u.name + "'");
+    if (!present(node)) r_.error(name_n, "upstream '" + u.name + "' needs an address or servers");
+    if (o.ok()) fill(name_n, o, u);
+    // (kept when it has errors too: routes using the name get no second error)
+    c.upstreams.push_back(std::move(u));
+  }
+
+ private:
+  void fill(const YAML::Node& name_n, yaml_reader::object& o, upstream_config& u) {
+    auto addr = o.get("address");
+    auto servers_n = o.get("servers");
+    if (present(addr) && present(servers_n)) {
+      r_.error(servers_n, "upstream '" + u.name + "' has both address and servers (use one)");
+    } else if (present(addr)) {
+      if (auto ep = r_.parsed<endpoint>(addr, parse_endpoint, "upstream address (want host:port)"))
+        u.servers.push_back({*ep, 1});
+    } else if (present(servers_n)) {
+      servers(servers_n, u);
+    } else {
+      r_.error(name_n, "upstream '" + u.name + "' needs an address or servers");
+    }
+    if (auto n = o.get("balance"); present(n)) {
+      if (auto s = r_.one_of(n, {"round_robin", "least_conn", "hash"}))
+        u.balance = *s == "least_conn" ? balance::least_conn : *s == "hash" ? balance::hash : balance::round_robin;
+    }
+    if (auto n = o.get("hash_key"); present(n)) {
+      if (auto k = key_source_of(r_, n)) u.hash_key = *k;
+      if (u.balance != balance::hash) r_.error(n, "hash_key is read with balance: hash only");
+    }
+    if (auto n = o.get("eject"); present(n)) eject(n, u.eject);
+    if (auto n = o.get("retries"); present(n)) set(u.retries, r_.unsigned_int(n, 0, 5));
+    if (auto n = o.get("retry_budget"); present(n)) budget(n, u.budget);
+    if (auto n = o.get("connect_timeout"); present(n)) set(u.connect_timeout, positive_duration(r_, n));
+    if (auto n = o.get("response_timeout"); present(n)) set(u.response_timeout, positive_duration(r_, n));
+    if (auto n = o.get("max_idle"); present(n)) set(u.max_idle, r_.unsigned_int(n, 0, 100000));
+  }
+
+  void servers(const YAML::Node& node, upstream_config& u) {
+    if (!node.IsSequence() || node.size() == 0) {
+      r_.error(node, "servers must be a list of {address, weight} (at least one)");
+      return;
+    }
+    if (!r_.within(node, caps::servers, "an upstream", "servers")) return;
+    for (const auto& item : node) {
+      upstream_server s;
+      YAML::Node addr = item;
+      std::optional<yaml_reader::object> o;
+      if (item.IsMap()) {
+        auto& so = o.emplace(r_, item, "server");
+        addr = so.get("address");
+        if (!present(addr)) {
+          r_.error(item, "a server needs an address");
+          continue;
+        }
+        if (auto w = so.get("weight"); present(w)) set(s.weight, r_.unsigned_int(w, 1, 10'000));
+      }
+      auto ep = r_.parsed<endpoint>(addr, parse_endpoint, "server address (want host:port)");
+      if (!ep) continue;
+      s.address = *ep;
+      if (std::any_of(u.servers.begin(), u.servers.end(), [&](auto& x) { return x.address == s.address; }))
+        r_.error(addr, "server " + s.address.str() + " is listed twice in upstream '" + u.name + "'");
+      else u.servers.push_back(std::move(s));
+    }
+  }
+
+  void eject(const YAML::Node& node, eject_config& e) {
+    yaml_reader::object o(r_, node, "eject");
+    if (!o.ok()) return;
+    if (auto n = o.get("failures"); present(n)) set(e.failures, r_.unsigned_int(n, 0, 1000));
+    if (auto n = o.get("base_time"); present(n)) set(e.base_time, positive_duration(r_, n));
+    if (auto n = o.get("max_time"); present(n)) set(e.max_time, positive_duration(r_, n));
+    if (auto n = o.get("max_share"); present(n)) set(e.max_share, share(n));
+    if (auto n = o.get("statuses"); present(n)) {
+      e.statuses.clear();
+      auto items = r_.list(n, true);
+      if (items.size() > 100) r_.error(n, "eject.statuses has at most 100 items");
+      else for (const auto& s : items)
+        if (auto code = r_.unsigned_int(s, 500, 599)) e.statuses.push_back(static_cast<unsigned>(*code));
+    }
+    if (e.max_time < e.base_time) r_.error(node, "eject.max_time is shorter than eject.base_time");
+  }
+
+  void budget(const YAML::Node& node, retry_budget& b) {
+    yaml_reader::object o(r_, node, "retry_budget");
+    if (!o.ok()) return;
+    if (auto n = o.get("share"); present(n)) set(b.share, share(n));
+    if (auto n = o.get("min"); present(n)) set(b.min, r_.unsigned_int(n, 0, 10'000));
+  }
+
+  std::optional<double> share(const YAML::Node& n) {
+    return r_.parsed<double>(n, parse_share, "share (want a number from 0 to 1, e.g. 0.5)");
+  }
+
+  yaml_reader& r_;
+};
+
+}  // namespace
+
+void load_upstreams(yaml_reader& r, const YAML::Node& node, config& c) {
+  if (!node.IsMap()) {
+    r.error(node, "upstreams must be a mapping of name to upstream");
+    return;
+  }
+  if (!r.within(node, caps::upstreams, "a configuration", "upstreams")) return;
+  upstream_loader l(r);
+  for (auto it = node.begin(); it != node.end(); ++it) l.upstream(it->first, it->second, c);
+}
+
+}  // namespace fg::config::detail
