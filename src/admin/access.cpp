@@ -56,7 +56,9 @@ bool is_probe(std::string_view path) { return path == "/healthz" || path == "/re
 
 }  // namespace
 
-bool privileged(std::string_view path) { return path == "/config" || path == "/limits" || path == "/reload"; }
+bool privileged(std::string_view path) {
+  return path == "/config" || path == "/limits" || path == "/reload" || path == "/upstreams";
+}
 
 bool same_token(std::string_view given, std::string_view token) {
   unsigned char a[SHA256_DIGEST_LENGTH], b[SHA256_DIGEST_LENGTH];

@@ -23,7 +23,7 @@ struct request_facts {
 // grants, so a page the operator has open cannot reload the gateway.
 inline constexpr std::string_view admin_header = "X-Floodgate-Admin";
 
-// /config, /limits and POST /reload: what reveals or changes the gateway.
+// /config, /limits, /upstreams and POST /reload: what reveals or changes the gateway.
 bool privileged(std::string_view path);
 
 // Who may do what on the admin listener at `listen` with `cfg`:

@@ -126,6 +126,15 @@ const char* algorithm_name(config::algorithm a) {
   return "?";
 }
 
+const char* balance_name(config::balance b) {
+  switch (b) {
+    case config::balance::least_conn: return "least_conn";
+    case config::balance::hash: return "hash";
+    case config::balance::round_robin: break;
+  }
+  return "round_robin";
+}
+
 std::string key_text(const config::key_source& k) {
   using kind = config::key_source::kind;
   switch (k.type) {
@@ -139,15 +148,6 @@ std::string key_text(const config::key_source& k) {
 }
 
 namespace {
-
-const char* balance_name(config::balance b) {
-  switch (b) {
-    case config::balance::least_conn: return "least_conn";
-    case config::balance::hash: return "hash";
-    case config::balance::round_robin: break;
-  }
-  return "round_robin";
-}
 
 json::object upstream_json(const config::upstream_config& u) {
   json::array servers;

@@ -15,5 +15,6 @@ boost::json::object config_to_json(const config::config& cfg);
 // As the configuration writes them: "sliding_log"; "global", "ip", "header:NAME", ...
 const char* algorithm_name(config::algorithm a);
 std::string key_text(const config::key_source& k);
+const char* balance_name(config::balance b);
 
 }  // namespace fg::admin

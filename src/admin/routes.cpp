@@ -10,6 +10,7 @@
 
 #include "admin/config_json.hpp"
 #include "admin/limits.hpp"
+#include "admin/upstreams_view.hpp"
 #include "util/asio.hpp"
 
 namespace fg::admin {
@@ -42,6 +43,12 @@ reply effective_config(status_source& status, url_view) {
   auto cfg = status.current_config();
   if (!cfg) return json_reply(503, {{"error", "no configuration loaded"}});
   return json_reply(200, config_to_json(*cfg));
+}
+
+reply upstreams_view(status_source& status, url_view) {
+  auto set = status.upstream_servers();
+  if (!set) return json_reply(503, {{"error", "no configuration loaded"}});
+  return json_reply(200, upstreams_to_json(*set, std::chrono::steady_clock::now()));
 }
 
 // Prometheus text exposition format 0.0.4.
@@ -88,11 +95,12 @@ asio::awaitable<reply> inspect_limits(status_source& status, const services& wit
   return limits(status, with.inspector, url);
 }
 
-constexpr std::array<endpoint, 6> endpoints{{
+constexpr std::array<endpoint, 7> endpoints{{
     {"/healthz", "GET, HEAD", &healthz},
     {"/readyz", "GET, HEAD", &readyz},
     {"/config", "GET, HEAD", &effective_config},
     {"/metrics", "GET, HEAD", &metrics},
+    {"/upstreams", "GET, HEAD", &upstreams_view},
     {"/reload", "POST", nullptr, &reload},
     {"/limits", "GET, HEAD", nullptr, &inspect_limits},
 }};

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "upstream/servers.hpp"
 
 namespace fg::admin {
 
@@ -40,6 +41,8 @@ class status_source {
   // The configuration in effect (never null once the server runs).
   virtual config::snapshot current_config() const = 0;
   virtual readiness ready() const = 0;
+  // Every upstream's servers and their health (GET /upstreams), as the workers share them.
+  virtual std::shared_ptr<const upstream::server_set> upstream_servers() const = 0;
   // The Prometheus text of the process' counters, gathered now.
   virtual std::string metrics() const = 0;
   // Reloads the configuration file (POST /reload) away from the caller's thread: `done`

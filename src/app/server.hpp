@@ -44,6 +44,7 @@ class server final : public admin::status_source {
   void file_changed();
 
   config::snapshot current_config() const override;
+  std::shared_ptr<const upstream::server_set> upstream_servers() const override;
   // Cluster mode: each master serving slots, and how many workers are connected to it.
   std::vector<std::pair<std::string, std::size_t>> cluster_masters() const;
   admin::readiness ready() const override;

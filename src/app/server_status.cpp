@@ -90,6 +90,11 @@ admin::readiness server::ready() const {
   return out;
 }
 
+std::shared_ptr<const upstream::server_set> server::upstream_servers() const {
+  auto rt = current();
+  return rt ? rt->servers : nullptr;
+}
+
 std::string server::metrics() const {
   std::vector<const obs::worker_metrics*> shards;
   for (const auto& w : workers_) shards.push_back(&w->metrics());
@@ -115,6 +120,16 @@ std::string server::metrics() const {
                         {"split", read(store::cluster_batcher::splits)}};
     g.cluster_nodes = cluster_masters();
     g.workers = workers_.size();
+  }
+  if (auto set = upstream_servers()) {
+    const auto now = std::chrono::steady_clock::now();
+    for (const auto& u : set->all())
+      for (const auto& s : u.servers) {
+        const auto& h = *s.health;
+        const auto read = [](const auto& a) { return a.load(std::memory_order_relaxed); };
+        g.upstream_servers.push_back({u.name, s.address, read(h.requests), read(h.failures), read(h.ejections),
+                                      read(h.retries), read(h.active), !h.ejected(now)});
+      }
   }
   g.version = FG_VERSION;
   return obs::render_metrics(*current_config(), shards, g);

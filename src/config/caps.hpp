@@ -16,6 +16,7 @@ inline constexpr std::size_t limits_per_route = 64;  // one script call's answer
 inline constexpr std::size_t limits = 20'000;        // all routes together
 inline constexpr std::size_t upstreams = 1'000;
 inline constexpr std::size_t servers = 256;         // per upstream (each request may weigh them all)
+inline constexpr std::size_t servers_total = 10'000;  // all upstreams together (a metrics series each)
 inline constexpr std::size_t list_items = 10'000;    // any other list (trusted_proxies, methods, ...)
 inline constexpr std::size_t errors = 100;           // reported; then one line says there are more
 

@@ -74,25 +74,36 @@ class upstream_loader {
     }
     if (!r_.within(node, caps::servers, "an upstream", "servers")) return;
     for (const auto& item : node) {
-      upstream_server s;
-      YAML::Node addr = item;
-      std::optional<yaml_reader::object> o;
-      if (item.IsMap()) {
-        auto& so = o.emplace(r_, item, "server");
-        addr = so.get("address");
-        if (!present(addr)) {
-          r_.error(item, "a server needs an address");
-          continue;
-        }
-        if (auto w = so.get("weight"); present(w)) set(s.weight, r_.unsigned_int(w, 1, 10'000));
-      }
-      auto ep = r_.parsed<endpoint>(addr, parse_endpoint, "server address (want host:port)");
-      if (!ep) continue;
-      s.address = *ep;
-      if (std::any_of(u.servers.begin(), u.servers.end(), [&](auto& x) { return x.address == s.address; }))
-        r_.error(addr, "server " + s.address.str() + " is listed twice in upstream '" + u.name + "'");
-      else u.servers.push_back(std::move(s));
+      auto s = server(item);
+      if (!s) continue;
+      if (std::any_of(u.servers.begin(), u.servers.end(), [&](auto& x) { return x.address == s->address; }))
+        r_.error(item, "server " + s->address.str() + " is listed twice in upstream '" + u.name + "'");
+      else u.servers.push_back(std::move(*s));
     }
+  }
+
+  // One item of `servers`: {address, weight}, or the address alone.
+  std::optional<upstream_server> server(const YAML::Node& item) {
+    const char* hint = "server address (want host:port)";
+    upstream_server s;
+    if (!item.IsMap()) {
+      auto ep = r_.parsed<endpoint>(item, parse_endpoint, hint);
+      if (!ep) return std::nullopt;
+      s.address = *ep;
+      return s;
+    }
+    yaml_reader::object so(r_, item, "server");
+    // (a YAML::Node is never assigned to here: that would write into the document)
+    const YAML::Node addr = so.get("address");
+    if (!present(addr)) {
+      r_.error(item, "a server needs an address");
+      return std::nullopt;
+    }
+    if (auto w = so.get("weight"); present(w)) set(s.weight, r_.unsigned_int(w, 1, 10'000));
+    auto ep = r_.parsed<endpoint>(addr, parse_endpoint, hint);
+    if (!ep) return std::nullopt;
+    s.address = *ep;
+    return s;
   }
 
   void eject(const YAML::Node& node, eject_config& e) {
@@ -135,7 +146,16 @@ void load_upstreams(yaml_reader& r, const YAML::Node& node, config& c) {
   }
   if (!r.within(node, caps::upstreams, "a configuration", "upstreams")) return;
   upstream_loader l(r);
-  for (auto it = node.begin(); it != node.end(); ++it) l.upstream(it->first, it->second, c);
+  std::size_t servers = 0;
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    l.upstream(it->first, it->second, c);
+    servers += c.upstreams.back().servers.size();
+    if (servers > caps::servers_total) {
+      r.error(it->first, "a configuration has at most " + std::to_string(caps::servers_total) +
+                             " servers in all its upstreams");
+      return;
+    }
+  }
 }
 
 }  // namespace fg::config::detail

@@ -184,6 +184,35 @@ MetricFamily store_times(std::span<const worker_metrics* const> workers) {
 
 }  // namespace
 
+std::vector<MetricFamily> upstream_servers(const process_gauges& gauges) {
+  std::vector<MetricFamily> out;
+  auto add = [&](const char* name, const char* help, MetricType type, auto value) {
+    MetricFamily f{name, help, type, {}};
+    for (const auto& s : gauges.upstream_servers) {
+      std::vector<ClientMetric::Label> labels{{"upstream", s.upstream}, {"server", s.server}};
+      const auto v = value(s);
+      f.metric.push_back(type == MetricType::Counter ? counter_of(std::move(labels), static_cast<std::uint64_t>(v))
+                                                     : gauge_of(std::move(labels), static_cast<double>(v)));
+    }
+    out.push_back(std::move(f));
+  };
+  using g = const upstream_server_gauge&;
+  add("floodgate_upstream_server_requests_total", "Tries sent to each server of an upstream.", MetricType::Counter,
+      [](g s) { return s.requests; });
+  add("floodgate_upstream_server_failures_total",
+      "Tries that failed on a server (connect failures, resets and timeouts before a response, eject.statuses).",
+      MetricType::Counter, [](g s) { return s.failures; });
+  add("floodgate_upstream_server_ejections_total", "Times a server was ejected (passive health).", MetricType::Counter,
+      [](g s) { return s.ejections; });
+  add("floodgate_upstream_server_retries_total", "Retries sent to a server after a try failed on another.",
+      MetricType::Counter, [](g s) { return s.retries; });
+  add("floodgate_upstream_server_active", "Requests in flight on a server (all workers).", MetricType::Gauge,
+      [](g s) { return s.active; });
+  add("floodgate_upstream_server_healthy", "1 while a server is in service, 0 while it is ejected.", MetricType::Gauge,
+      [](g s) { return s.healthy ? 1 : 0; });
+  return out;
+}
+
 std::string render_metrics(const config::config& cfg, std::span<const worker_metrics* const> workers,
                            const process_gauges& gauges) {
   std::vector<MetricFamily> families;
@@ -202,6 +231,7 @@ std::string render_metrics(const config::config& cfg, std::span<const worker_met
                       {gauge_of({}, static_cast<double>(gauges.open_connections))}});
   families.push_back({"floodgate_upstream_idle_connections", "Idle upstream connections in the pools.",
                       MetricType::Gauge, {gauge_of({}, static_cast<double>(gauges.pooled_connections))}});
+  for (auto& f : upstream_servers(gauges)) families.push_back(std::move(f));
   families.push_back({"floodgate_config_info", "The loaded configuration: its file's hash.", MetricType::Gauge,
                       {gauge_of({{"hash", cfg.hash}}, 1)}});
   MetricFamily reloads{"floodgate_config_reloads_total", "Configuration reloads, by result.", MetricType::Counter, {}};

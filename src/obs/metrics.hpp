@@ -164,8 +164,17 @@ class worker_metrics {
   counter store_errors_[cause_count] = {};
 };
 
+// One server of an upstream, as the scrape shows it (upstream::server_health).
+struct upstream_server_gauge {
+  std::string upstream, server;
+  std::uint64_t requests = 0, failures = 0, ejections = 0, retries = 0;
+  std::int64_t active = 0;
+  bool healthy = true;
+};
+
 // What a scrape shows besides the workers' counters.
 struct process_gauges {
+  std::vector<upstream_server_gauge> upstream_servers;
   std::uint64_t open_connections = 0;
   std::uint64_t pooled_connections = 0;  // idle upstream connections in the workers' pools
   std::uint64_t reloads_ok = 0, reloads_failed = 0;

@@ -28,6 +28,7 @@ std::shared_ptr<const server_set> server_set::build(const std::vector<config::up
   for (const auto& u : upstreams) {
     upstream_servers us;
     us.name = u.name;
+    us.balance = u.balance;
     us.eject = u.eject;
     us.budget = u.budget;
     const upstream_servers* old = nullptr;

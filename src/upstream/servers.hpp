@@ -48,6 +48,7 @@ struct server {
 
 struct upstream_servers {
   std::string name;
+  config::balance balance = config::balance::round_robin;
   std::vector<server> servers;
   config::eject_config eject;
   config::retry_budget budget;

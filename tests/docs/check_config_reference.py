@@ -36,7 +36,7 @@ SECTIONS = {
     ("loader.cpp", "client_ip", "o"): "client_ip.",
     ("loader.cpp", "http", "o"): "http.",
     ("upstream_loader.cpp", "fill", "o"): "upstreams.<name>.",
-    ("upstream_loader.cpp", "servers", "so"): "upstreams.<name>.servers[].",
+    ("upstream_loader.cpp", "server", "so"): "upstreams.<name>.servers[].",
     ("upstream_loader.cpp", "eject", "o"): "upstreams.<name>.eject.",
     ("upstream_loader.cpp", "budget", "o"): "upstreams.<name>.retry_budget.",
     ("route_loader.cpp", "routes", "o"): "routes[].",

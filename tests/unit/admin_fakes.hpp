@@ -32,6 +32,9 @@ struct fake_status final : admin::status_source {
   config::snapshot current_config() const override { return cfg; }
   admin::readiness ready() const override { return state; }
   std::string metrics() const override { return "# TYPE x counter\nx 1\n"; }
+  std::shared_ptr<const upstream::server_set> upstream_servers() const override {
+    return cfg ? upstream::server_set::build(cfg->upstreams, nullptr) : nullptr;
+  }
   void reload(std::function<void(admin::reload_outcome)> done) override {
     ++reloads;
     done(next_reload);

@@ -1,5 +1,6 @@
 // The upstream exchange's failure mapping, as a table: (stage, error, reused,
-// idempotent without body, first attempt, response begun) -> retry once, or a status.
+// idempotent without body, first attempt, response begun) -> retry once, or a status and
+// whether another server may be tried instead.
 #include <catch2/catch.hpp>
 
 #include <boost/asio/error.hpp>
@@ -20,10 +21,11 @@ struct row {
   bool retry;
   unsigned status;
   bool upstream_fault;
+  bool another_server;  // may go to another server instead of the answer
 };
 }  // namespace
 
-TEST_CASE("upstream failures map to one retry or one status", "[http][failure]") {
+TEST_CASE("upstream failures map to one retry, another server, or one status", "[http][failure]") {
   const error_code reset = boost::asio::error::connection_reset;
   const error_code eos = bhttp::error::end_of_stream;
   const error_code eof = boost::asio::error::eof;
@@ -35,30 +37,30 @@ TEST_CASE("upstream failures map to one retry or one status", "[http][failure]")
   const error_code body_timeout = fg::http::make_error_code(fg::http::body_errc::timeout);
   const error_code malformed = fg::http::make_error_code(fg::http::body_errc::malformed);
   const row table[] = {
-      // at                  error     reused safe  first  begun  -> retry status upstream
-      {stage::connect,       refused,  false, true,  true,  false, false, 502, true},
-      {stage::connect,       timeout,  true,  true,  true,  false, false, 502, true},
-      {stage::send,          pipe,     true,  true,  true,  false, true,  0,   true},   // stale pooled connection
-      {stage::send,          pipe,     true,  true,  false, false, false, 502, true},   // only once
-      {stage::send,          pipe,     false, true,  true,  false, false, 502, true},   // a fresh one failed
-      {stage::send,          pipe,     true,  false, true,  false, false, 502, true},   // a body / not idempotent
-      {stage::send,          timeout,  true,  true,  true,  false, false, 502, true},   // a slow write: not twice
-      {stage::response_head, boost::asio::error::timed_out, true, true, false, false, false, 502, true},  // ETIMEDOUT
-      {stage::request_body,  too_large, true, false, true,  false, false, 413, false},
-      {stage::request_body,  body_timeout, true, false, true, false, false, 408, false},
-      {stage::request_body,  malformed, true, false, true,  false, false, 400, false},
-      {stage::response_head, eos,      true,  true,  true,  false, true,  0,   true},
-      {stage::response_head, reset,    true,  true,  true,  false, true,  0,   true},
-      {stage::response_head, eof,      true,  true,  true,  false, true,  0,   true},
-      {stage::response_head, eos,      true,  true,  false, false, false, 502, true},
-      {stage::response_head, eos,      false, true,  true,  false, false, 502, true},
-      {stage::response_head, eos,      true,  false, true,  false, false, 502, true},
-      {stage::response_head, bad,      true,  true,  true,  false, false, 502, true},   // something came back
-      {stage::response_head, timeout,  true,  true,  true,  false, false, 504, true},   // never retried
-      {stage::response_body, reset,    true,  true,  true,  false, false, 502, true},
-      {stage::response_body, timeout,  true,  true,  true,  false, false, 504, true},
-      {stage::response_body, reset,    true,  true,  true,  true,  false, 0,   true},   // cut short: close
-      {stage::response_body, timeout,  true,  true,  true,  true,  false, 0,   true},
+      // at                  error     reused safe  first  begun  -> retry status upstream another
+      {stage::connect,       refused,  false, true,  true,  false, false, 502, true, true},
+      {stage::connect,       timeout,  true,  true,  true,  false, false, 502, true, true},
+      {stage::send,          pipe,     true,  true,  true,  false, true,  0, true, false},   // stale pooled connection
+      {stage::send,          pipe,     true,  true,  false, false, false, 502, true, true},   // only once
+      {stage::send,          pipe,     false, true,  true,  false, false, 502, true, true},   // a fresh one failed
+      {stage::send,          pipe,     true,  false, true,  false, false, 502, true, false},   // a body / not idempotent
+      {stage::send,          timeout,  true,  true,  true,  false, false, 502, true, false},   // a slow write: not twice
+      {stage::response_head, boost::asio::error::timed_out, true, true, false, false, false, 502, true, false},  // ETIMEDOUT
+      {stage::request_body,  too_large, true, false, true,  false, false, 413, false, false},
+      {stage::request_body,  body_timeout, true, false, true, false, false, 408, false, false},
+      {stage::request_body,  malformed, true, false, true,  false, false, 400, false, false},
+      {stage::response_head, eos,      true,  true,  true,  false, true,  0, true, false},
+      {stage::response_head, reset,    true,  true,  true,  false, true,  0, true, false},
+      {stage::response_head, eof,      true,  true,  true,  false, true,  0, true, false},
+      {stage::response_head, eos,      true,  true,  false, false, false, 502, true, true},
+      {stage::response_head, eos,      false, true,  true,  false, false, 502, true, true},
+      {stage::response_head, eos,      true,  false, true,  false, false, 502, true, false},
+      {stage::response_head, bad,      true,  true,  true,  false, false, 502, true, false},   // something came back
+      {stage::response_head, timeout,  true,  true,  true,  false, false, 504, true, false},   // never retried
+      {stage::response_body, reset,    true,  true,  true,  false, false, 502, true, false},
+      {stage::response_body, timeout,  true,  true,  true,  false, false, 504, true, false},
+      {stage::response_body, reset,    true,  true,  true,  true,  false, 0, true, false},   // cut short: close
+      {stage::response_body, timeout,  true,  true,  true,  true,  false, 0, true, false},
   };
   int n = 0;
   for (const auto& r : table) {
@@ -68,6 +70,7 @@ TEST_CASE("upstream failures map to one retry or one status", "[http][failure]")
     CHECK(a.retry == r.retry);
     if (!r.retry) CHECK(a.status == r.status);
     CHECK(a.upstream == r.upstream_fault);
+    if (!r.retry) CHECK(a.another_server == r.another_server);
     ++n;
   }
 }
