@@ -10,6 +10,7 @@
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/parser.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -119,7 +120,7 @@ class session {
 
   // session_read.ipp: the request head, local answers, the limits.
   asio::awaitable<outcome> read_head(bool first);
-  bool parse_head();
+  unsigned parse_head();
   // Admits the request just read (http/admission.hpp).
   void begin_request();
   // The route's limits: asks the worker's decision source (a plain function around the

@@ -35,6 +35,9 @@ template <class Stream>
 asio::awaitable<typename session<Stream>::outcome> session<Stream>::read_head(bool first) {
   const auto& http = rt_->cfg->http;
   const auto max = http.max_header_bytes;
+  // Room for a whole head of http.max_header_bytes and one byte more (what tells 431),
+  // whatever a reload made of it.
+  buffer_.max_size(std::max({std::size_t{64 * 1024}, max + 1, buffer_.size()}));
   scanner_.reset();
   auto deadline = first ? deadline::after(http.header_timeout) : clock::time_point::max();
   for (;;) {
@@ -81,6 +84,8 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::read_head(bo
     if (buffer_.size() == 0) watch_->lean_at = deadline::after(deadline::lean_after);
     // A head usually fits in 4 KiB: reads grow past that only for larger ones.
     auto space = std::min<std::size_t>(buffer_.max_size() - buffer_.size(), buffer_.size() ? 16384 : 4096);
+    // (a read of no bytes completes at once: a full buffer would spin, never time out)
+    if (space == 0) co_return co_await send_local(431, false);
     auto [ec, n] = co_await socket_.async_read_some(buffer_.prepare(space), read_token<Stream>());
     // The sweeper took back an idle read to wait without its buffer: between requests the
     // connection is parked (no session at all), a new one waits here with nothing held.
@@ -98,27 +103,35 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::read_head(bo
     if (ec) co_return outcome::closed;
     buffer_.commit(n);
   }
-  if (!parse_head()) co_return co_await send_local(400, false);
+  if (auto refused = parse_head()) co_return co_await send_local(refused, false);
   watch_->idle = false;
   co_return outcome::keep_going;
 }
 
-// Beast parses the head we have vetted.
+// Beast parses the head we have vetted: 0, or the status that refuses it (400; 431 for
+// a field Beast cannot hold, over 64 KiB, even where http.max_header_bytes allows the head).
 template <class Stream>
-bool session<Stream>::parse_head() {
+unsigned session<Stream>::parse_head() {
   parser_.emplace();
   parser_->header_limit(static_cast<std::uint32_t>(rt_->cfg->http.max_header_bytes + 4));
   parser_->body_limit(boost::none);
   parser_->eager(false);
   error_code ec;
-  auto used = parser_->put(asio::buffer(buffer_.data().data(), scanner_.head_size()), ec);
+  std::size_t used = 0;
+  try {
+    used = parser_->put(asio::buffer(buffer_.data().data(), scanner_.head_size()), ec);
+  } catch (const std::length_error& e) {
+    spdlog::debug("{}: rejected request: {}", peer_str_, e.what());
+    parser_.emplace();  // (the one that threw is half-filled)
+    return 431;
+  }
   if (ec || !parser_->is_header_done()) {
     spdlog::debug("{}: rejected request: {}", peer_str_, ec ? ec.message() : "incomplete head");
-    return false;
+    return 400;
   }
   buffer_.consume(used);
   parser_->eager(true);
-  return true;
+  return 0;
 }
 
 template <class Stream>

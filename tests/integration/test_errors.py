@@ -33,6 +33,26 @@ def test_large_header_is_431(gateway_factory):
     assert g.request(get("/echo", extra="X-Small: " + "a" * 500 + "\r\n")).status == 200
 
 
+def test_heads_past_64_kib_are_read_to_max_header_bytes_and_refused_past_it(gateway_factory):
+    """The session's read buffer grows to http.max_header_bytes: a head past 64 KiB used
+    to fill it, and each read after that asked for no bytes and completed at once, a
+    worker spinning on the connection for good (no 431, no 408, even after the client
+    left). One field over 64 KiB (more than Beast's fields hold) is a 431 too."""
+    g = gateway_factory(http={"max_header_bytes": 1048576})
+    # 200 KB of fields, each under the 64 KiB that one field may hold.
+    big = "".join(f"X-Big-{i}: " + "a" * 50_000 + "\r\n" for i in range(4))
+    r = g.request(get("/echo", extra=big))
+    assert r.status == 200
+    fields = {name.lower(): value for name, value in r.json()["headers"]}
+    assert all(len(fields[f"x-big-{i}"]) == 50_000 for i in range(4))
+    # One field past it: 431, not a closed connection.
+    assert g.request(get("/echo", extra="X-One: " + "a" * 70_000 + "\r\n")).status == 431
+    with g.connect() as s:
+        s.sendall(get("/echo", extra="X-Huge: " + "a" * 1_100_000 + "\r\n"))
+        assert read_response(s).status == 431
+    assert g.request(get("/echo")).status == 200
+
+
 def test_body_over_limit_is_413(gateway_factory, upstream):
     g = gateway_factory(http={"max_body_bytes": 1000})
     upstream.reset()
