@@ -22,6 +22,22 @@ const char* describe(failure_kind k) {
   return "none";
 }
 
+namespace {
+
+// One of them, for "after 1 connect failure in a row".
+const char* describe_one(failure_kind k) {
+  switch (k) {
+    case failure_kind::connect: return "connect failure";
+    case failure_kind::reset: return "connection closed before a response";
+    case failure_kind::timeout: return "timeout";
+    case failure_kind::status: return "failing status";
+    case failure_kind::none: break;
+  }
+  return "none";
+}
+
+}  // namespace
+
 std::shared_ptr<const server_set> server_set::build(const std::vector<config::upstream_config>& upstreams,
                                                     const server_set* previous) {
   auto out = std::make_shared<server_set>();
@@ -183,7 +199,8 @@ bool note_failure(const upstream_servers& u, std::size_t i, failure_kind why, un
   h.last_failure.store(why, std::memory_order_relaxed);
   h.last_status.store(status, std::memory_order_relaxed);
   spdlog::warn("upstream {}: server {} ejected for {} ms after {} {} in a row{}", u.name, u.servers[i].address,
-               std::chrono::duration_cast<std::chrono::milliseconds>(time).count(), in_row, describe(why),
+               std::chrono::duration_cast<std::chrono::milliseconds>(time).count(), in_row,
+               in_row == 1 ? describe_one(why) : describe(why),
                why == failure_kind::status ? fmt::format(" (last {})", status) : std::string());
   return true;
 }

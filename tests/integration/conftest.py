@@ -151,13 +151,16 @@ class Gateway:
     def __init__(self, tmp_path, upstream_address, http=None, extra="", routes=None, workers=1,
                  upstream_opts=None, access_log="off", log_format="text", trusted="10.0.0.0/8", store="memory",
                  redis=None, prefix=None, env=None, redis_extra="", binary=BIN, client_ip_extra="", configmap=False,
-                 redis_timeout="200ms"):
+                 redis_timeout="200ms", upstreams=None):
+        """upstreams: the whole upstreams section (its lines, each indented 2 or more) in
+        place of the one upstream `api` at upstream_address with upstream_opts."""
         h = dict(DEFAULT_HTTP)
         h.update(http or {})
         http_yaml = "\n".join(f"  {k}: {v}" for k, v in h.items())
         up = {"address": f'"{upstream_address}"', "connect_timeout": "1s", "response_timeout": "2s", "max_idle": 16}
         up.update(upstream_opts or {})
         up_yaml = "\n".join(f"    {k}: {v}" for k, v in up.items())
+        upstreams = upstreams if upstreams is not None else f"  api:\n{up_yaml}\n"
         routes = routes or """  - name: all
     match:
       path_prefix: /
@@ -187,9 +190,7 @@ redis:
 {client_ip_extra}http:
 {http_yaml}
 upstreams:
-  api:
-{up_yaml}
-routes:
+{upstreams}routes:
 {routes}
 {extra}
 """
