@@ -215,10 +215,16 @@ struct forget_upstream {
   }
 };
 
-// What a failed try counts as against its server (passive health).
+// What a failed try counts as against its server (passive health): a connect failure, a
+// timeout, a connection closed or reset before any answer; not a malformed or oversized
+// answer, which a client's request can provoke from a healthy server.
 inline upstream::failure_kind failure_of(stage at, error_code ec) {
   if (ec == beast::error::timeout || ec == asio::error::timed_out) return upstream::failure_kind::timeout;
-  return at == stage::connect ? upstream::failure_kind::connect : upstream::failure_kind::reset;
+  if (at == stage::connect) return upstream::failure_kind::connect;
+  if (ec == bhttp::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset ||
+      ec == asio::error::broken_pipe)
+    return upstream::failure_kind::reset;
+  return upstream::failure_kind::none;
 }
 
 // A try failed at `at`: again on the same server afresh (a stale pooled connection), on
@@ -234,7 +240,7 @@ typename session<Stream>::next_try session<Stream>::after_failure(const config::
   }
   // (a pooled connection the peer closed is no fault of the server's)
   if (action.upstream && at != stage::request_body && (!st.reused || at == stage::connect))
-    choice_.failed(failure_of(at, ec), deadline::coarse_now);
+    if (const auto why = failure_of(at, ec); why != upstream::failure_kind::none) choice_.failed(why, deadline::coarse_now);
   log_failure(up_cfg, at, ec, action.upstream);
   if (action.another_server && choice_.retry(deadline::coarse_now)) {
     st.first = true;

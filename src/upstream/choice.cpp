@@ -13,6 +13,7 @@ void choice::begin(pool& p, const config::upstream_config& cfg, const upstream_s
   key_hash_ = key_hash;
   retries_left_ = cfg.retries;
   tried_count_ = 0;
+  counted_ = false;
   auto i = p.pick(cfg, servers, {cfg.balance, key_hash, {}, now});
   hold(i.value_or(0));
 }
@@ -31,11 +32,23 @@ void choice::end() {
   holding_ = retrying_ = false;
 }
 
-void choice::failed(failure_kind why, steady::time_point now) { note_failure(*servers_, server_, why, 0, now); }
+void choice::failed(failure_kind why, steady::time_point now) {
+  // One failure a request at most: a request that makes servers fail (one that an
+  // upstream resets on) counts once, however many it is retried on.
+  if (counted_) return;
+  counted_ = true;
+  note_failure(*servers_, server_, why, 0, now);
+}
 
 void choice::answered(unsigned status, steady::time_point now) {
-  if (ejecting_status(*servers_, status)) note_failure(*servers_, server_, failure_kind::status, status, now);
-  else note_success(*servers_, server_);
+  // The retry is over: its place in the budget is not held for the response's life.
+  if (retrying_) servers_->retrying->fetch_sub(1, std::memory_order_relaxed);
+  retrying_ = false;
+  if (ejecting_status(*servers_, status)) {
+    if (!counted_) note_failure(*servers_, server_, failure_kind::status, status, now);
+  } else {
+    note_success(*servers_, server_, now);
+  }
 }
 
 bool choice::retry(steady::time_point now) {

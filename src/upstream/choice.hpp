@@ -30,10 +30,11 @@ class choice {
   std::size_t server() const { return server_; }
   const std::string& address() const { return servers_->servers[server_].address; }
 
-  // A try that failed on this server with nothing the client saw: counted against it.
+  // A try that failed on this server with nothing the client saw: counted against it
+  // (the first failure of a request only).
   void failed(failure_kind why, steady::time_point now);
   // A response head came: a status in eject.statuses counts as a failure, any other as
-  // a success.
+  // a success; a retry's place in the budget is given back.
   void answered(unsigned status, steady::time_point now);
   // Moves to another server for a retry: false when the upstream's `retries` are spent,
   // its retry budget is full, or every server has been tried.
@@ -49,6 +50,7 @@ class choice {
   std::size_t server_ = 0;
   bool holding_ = false;
   bool retrying_ = false;
+  bool counted_ = false;  // a failure of this request was counted against a server
   unsigned retries_left_ = 0;
   std::array<std::size_t, 8> tried_{};  // retries are at most 5 (the loader's cap)
   std::size_t tried_count_ = 0;

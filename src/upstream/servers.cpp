@@ -179,25 +179,30 @@ bool note_failure(const upstream_servers& u, std::size_t i, failure_kind why, un
   // Back from an ejection without a success since: one failure is enough again.
   const unsigned needed = h.ejections_in_row.load(std::memory_order_relaxed) > 0 ? 1 : u.eject.failures;
   if (in_row < needed) return false;
-  std::lock_guard lock(*u.ejecting);
-  if (h.ejected(now)) return false;
-  std::size_t out = 0;
-  for (const auto& s : u.servers) out += s.health->ejected(now) ? 1 : 0;
-  const auto allowed = static_cast<std::size_t>(u.eject.max_share * static_cast<double>(u.servers.size()) + 1e-9);
-  if (out + 1 > allowed) {
-    spdlog::debug("upstream {}: server {} failing ({} {} in a row) but not ejected: {} of {} are out (max_share {})",
-                  u.name, u.servers[i].address, in_row, describe(why), out, u.servers.size(), u.eject.max_share);
-    return false;
+  steady::duration time{};
+  {
+    std::lock_guard lock(*u.ejecting);
+    if (h.ejected(now)) return false;
+    std::size_t out = 0;
+    for (const auto& s : u.servers) out += s.health->ejected(now) ? 1 : 0;
+    const auto allowed = static_cast<std::size_t>(u.eject.max_share * static_cast<double>(u.servers.size()) + 1e-9);
+    if (out + 1 > allowed) {
+      spdlog::debug("upstream {}: server {} failing ({} in a row) but not ejected: {} of {} are out (max_share {})",
+                    u.name, u.servers[i].address, in_row, out, u.servers.size(), u.eject.max_share);
+      return false;
+    }
+    // base_time doubled per ejection in a row, up to max_time (doubled in steps, so
+    // that a long base never overflows).
+    const auto k = h.ejections_in_row.fetch_add(1, std::memory_order_relaxed);
+    time = u.eject.base_time;
+    for (unsigned j = 0; j < k && time < u.eject.max_time; ++j) time *= 2;
+    time = std::min<steady::duration>(time, u.eject.max_time);
+    h.ejected_until.store((now + time).time_since_epoch().count(), std::memory_order_relaxed);
+    h.failures_in_row.store(0, std::memory_order_relaxed);
+    h.ejections.fetch_add(1, std::memory_order_relaxed);
+    h.last_failure.store(why, std::memory_order_relaxed);
+    h.last_status.store(status, std::memory_order_relaxed);
   }
-  const auto k = std::min(h.ejections_in_row.fetch_add(1, std::memory_order_relaxed), 20u);
-  const auto base = std::chrono::duration_cast<std::chrono::nanoseconds>(u.eject.base_time);
-  const auto cap = std::chrono::duration_cast<std::chrono::nanoseconds>(u.eject.max_time);
-  const auto time = std::min(cap, base * (std::int64_t{1} << k));
-  h.ejected_until.store((now + time).time_since_epoch().count(), std::memory_order_relaxed);
-  h.failures_in_row.store(0, std::memory_order_relaxed);
-  h.ejections.fetch_add(1, std::memory_order_relaxed);
-  h.last_failure.store(why, std::memory_order_relaxed);
-  h.last_status.store(status, std::memory_order_relaxed);
   spdlog::warn("upstream {}: server {} ejected for {} ms after {} {} in a row{}", u.name, u.servers[i].address,
                std::chrono::duration_cast<std::chrono::milliseconds>(time).count(), in_row,
                in_row == 1 ? describe_one(why) : describe(why),
@@ -205,8 +210,10 @@ bool note_failure(const upstream_servers& u, std::size_t i, failure_kind why, un
   return true;
 }
 
-bool note_success(const upstream_servers& u, std::size_t i) {
+bool note_success(const upstream_servers& u, std::size_t i, steady::time_point now) {
   auto& h = *u.servers[i].health;
+  // (a request sent before the ejection and answered during it does not end it)
+  if (h.ejected(now)) return false;
   if (h.failures_in_row.load(std::memory_order_relaxed) != 0) h.failures_in_row.store(0, std::memory_order_relaxed);
   if (h.ejections_in_row.load(std::memory_order_relaxed) == 0) return false;
   if (h.ejections_in_row.exchange(0, std::memory_order_relaxed) == 0) return false;

@@ -97,10 +97,11 @@ std::optional<std::size_t> pick(const upstream_servers& u, pick_state& st, const
 // Removing a server moves only its keys; adding one moves about its share.
 std::size_t hash_pick(const upstream_servers& u, std::uint64_t key_hash, std::span<const char> eligible);
 
-// What a try came to. A failure may eject the server (true: it did, now); a success
-// after an ejection brings it back (true: logged by the caller as back in service).
+// What a try came to. A failure may eject the server (true: it did, now; logged); a
+// success after an ejection brings it back (true: logged as back in service), unless it
+// came while the server is still ejected (a request sent before the ejection).
 bool note_failure(const upstream_servers& u, std::size_t i, failure_kind why, unsigned status, steady::time_point now);
-bool note_success(const upstream_servers& u, std::size_t i);
+bool note_success(const upstream_servers& u, std::size_t i, steady::time_point now);
 // Whether `status` from server i counts against it (eject.statuses).
 bool ejecting_status(const upstream_servers& u, unsigned status);
 

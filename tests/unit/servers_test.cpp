@@ -147,7 +147,7 @@ TEST_CASE("servers: failures in a row eject a server, never past max_share, for 
   using fg::upstream::failure_kind;
   CHECK_FALSE(fg::upstream::note_failure(u, 0, failure_kind::connect, 0, t0));
   CHECK_FALSE(fg::upstream::note_failure(u, 0, failure_kind::connect, 0, t0));
-  fg::upstream::note_success(u, 0);  // a success in between: the count starts again
+  fg::upstream::note_success(u, 0, t0);  // a success in between: the count starts again
   CHECK_FALSE(fg::upstream::note_failure(u, 0, failure_kind::connect, 0, t0));
   CHECK_FALSE(fg::upstream::note_failure(u, 0, failure_kind::connect, 0, t0));
   CHECK(fg::upstream::note_failure(u, 0, failure_kind::connect, 0, t0));
@@ -168,8 +168,10 @@ TEST_CASE("servers: failures in a row eject a server, never past max_share, for 
   CHECK(fg::upstream::note_failure(u, 0, failure_kind::connect, 0, t2));
   CHECK_FALSE(u.servers[0].health->ejected(t2 + 3001ms));
   CHECK(u.servers[0].health->ejections == 3);
-  CHECK(fg::upstream::note_success(u, 0));  // back in service (logged)
-  CHECK_FALSE(fg::upstream::note_success(u, 0));
+  CHECK_FALSE(fg::upstream::note_success(u, 0, t2 + 1s));  // answered while ejected: no end to it
+  CHECK(u.servers[0].health->ejected(t2 + 1s));
+  CHECK(fg::upstream::note_success(u, 0, t2 + 3001ms));  // back in service (logged)
+  CHECK_FALSE(fg::upstream::note_success(u, 0, t2 + 3001ms));
   const auto t3 = t2 + 3001ms;
   CHECK_FALSE(fg::upstream::note_failure(u, 0, failure_kind::connect, 0, t3));  // three in a row again
 }
@@ -238,9 +240,42 @@ TEST_CASE("servers: a request's choice holds its server in flight and moves on a
     CHECK(*r.api().retrying == 0);
     for (const auto& sv : s) CHECK(sv.health->active == 0);
   }
+  {
+    // One failure counted a request, however many servers it fails on; the retry's place
+    // in the budget goes back with the response head, not at the request's end.
+    fg::upstream::choice c;
+    c.begin(pool, r.cfg->upstreams[0], r.api(), std::nullopt, steady::now());
+    const auto first = c.server();
+    c.failed(fg::upstream::failure_kind::reset, steady::now());
+    REQUIRE(c.retry(steady::now()));
+    c.failed(fg::upstream::failure_kind::reset, steady::now());
+    std::uint64_t failures = 0;
+    for (const auto& sv : s) failures += sv.health->failures;
+    CHECK(failures == 1);
+    CHECK(s[first].health->failures == 1);
+    REQUIRE(c.retry(steady::now()));
+    CHECK(*r.api().retrying == 1);
+    c.answered(200, steady::now());
+    CHECK(*r.api().retrying == 0);
+    CHECK(s[c.server()].health->active == 1);  // still in flight: the response is relayed
+    c.end();
+    CHECK(*r.api().retrying == 0);
+  }
   // The budget full (min 1, one retry in flight elsewhere): no retry.
   *r.api().retrying = 1;
   fg::upstream::choice c;
   c.begin(pool, r.cfg->upstreams[0], r.api(), std::nullopt, steady::now());
   CHECK_FALSE(c.retry(steady::now()));
+}
+
+TEST_CASE("servers: a long base_time doubled many times stays at max_time", "[upstream]") {
+  // 3 h in ns shifted by 20 would overflow 64 bits: the ejection must stay 3 h.
+  rig r(servers_yaml({{9001, 1}, {9002, 1}}) + "    eject: {failures: 1, base_time: 3h, max_time: 3h}\n");
+  auto now = steady::now();
+  for (int i = 0; i < 40; ++i) {
+    REQUIRE(fg::upstream::note_failure(r.api(), 0, fg::upstream::failure_kind::connect, 0, now));
+    CHECK(r.api().servers[0].health->ejected(now + std::chrono::hours(3) - 1s));
+    CHECK_FALSE(r.api().servers[0].health->ejected(now + std::chrono::hours(3) + 1s));
+    now += std::chrono::hours(3) + 2s;
+  }
 }
