@@ -139,7 +139,7 @@ TEST_CASE("policy: the store-error log says one line per cause per interval, wit
   CHECK(errors.size() == 2);
 }
 
-TEST_CASE("policy: a denial is cached until a round trip before it ends; the store is not asked meanwhile",
+TEST_CASE("policy: a denial is cached until a round trip before it ends, the store is not asked meanwhile",
           "[limit][policy]") {
   fake_source remote, local;
   remote.deny = {"a"};
@@ -160,7 +160,7 @@ TEST_CASE("policy: a denial is cached until a round trip before it ends; the sto
   CHECK(remote.starts == 2);
 }
 
-TEST_CASE("policy: a denial shorter than the round trip is not cached; nor is a shadow or concurrency one",
+TEST_CASE("policy: a denial shorter than the round trip is not cached, nor is a shadow or concurrency one",
           "[limit][policy]") {
   fake_source remote, local;
   fg::limit::deny_cache denies;
@@ -199,7 +199,7 @@ TEST_CASE("policy: a shadow limit's denial is logged, never enforced", "[limit][
   CHECK(ask(p, f.call) == status::over_limit);
 }
 
-TEST_CASE("policy: no checks, no question; lease ids are unique and above the base", "[limit][policy]") {
+TEST_CASE("policy: no checks, no question, lease ids are unique and above the base", "[limit][policy]") {
   fake_source remote, local;
   fg::limit::policy p(remote, local, nullptr, 7ull << 48);
   route_fixture f({windowed(cfg::algorithm::fixed_window, 1, 1000, "a")});

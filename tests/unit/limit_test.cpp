@@ -183,7 +183,7 @@ TEST_CASE("fixed_window admits exactly the limit per window, counting down", "[l
   CHECK(admit_all(c, s, 1500) == 2);
 }
 
-TEST_CASE("fixed_window without commit records nothing; cost > 1", "[limit]") {
+TEST_CASE("fixed_window without commit records nothing, cost > 1", "[limit]") {
   auto c = windowed(cfg::algorithm::fixed_window, 10, 1000);
   key_state s;
   auto d = fg::limit::evaluate(c, s, 0, 1, false);
@@ -221,7 +221,7 @@ TEST_CASE("sliding_log counts every request at the same millisecond", "[limit]")
   CHECK(admit_all(c, s, 1000) == 3);
 }
 
-TEST_CASE("sliding_log entries leave exactly one window after admission; retry is exact", "[limit]") {
+TEST_CASE("sliding_log entries leave exactly one window after admission, retry is exact", "[limit]") {
   auto c = windowed(cfg::algorithm::sliding_log, 3, 1000);
   key_state s;
   expect_steps(c, s, {
@@ -393,7 +393,7 @@ TEST_CASE("token_bucket starts full and refills at the rate, never above burst",
   CHECK(admit_all(c, p, 500) == 4);
 }
 
-TEST_CASE("token_bucket retry rounds up; cost takes several tokens", "[limit]") {
+TEST_CASE("token_bucket retry rounds up, cost takes several tokens", "[limit]") {
   expect_retry_rounds_up(cfg::algorithm::token_bucket);  // a token every 333.3 ms
 
   auto k = rated(cfg::algorithm::token_bucket, 2, 1000, 4);
@@ -466,7 +466,7 @@ TEST_CASE("rate-based limits: a turn taken late by less than min(T, 2 ms) keeps 
   }
 }
 
-TEST_CASE("gcra retry rounds up; cost > 1", "[limit]") {
+TEST_CASE("gcra retry rounds up, cost > 1", "[limit]") {
   expect_retry_rounds_up(cfg::algorithm::gcra);  // T = 333.3 ms
 
   auto k = rated(cfg::algorithm::gcra, 10, 1000, 5);

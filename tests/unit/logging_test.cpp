@@ -36,7 +36,7 @@ TEST_CASE("error log limiter: one line per cause per interval, with the count of
   CHECK(n == 1);
 }
 
-TEST_CASE("error log limiter: bounded; the oldest cause is forgotten first", "[obs]") {
+TEST_CASE("error log limiter: bounded, the oldest cause is forgotten first", "[obs]") {
   error_log_limiter lim(5s, 2);
   const auto t0 = error_log_limiter::clock::time_point{} + 1h;
   std::uint64_t n = 0;

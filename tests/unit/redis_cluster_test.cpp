@@ -126,7 +126,7 @@ TEST_CASE("cluster_map: three masters with a replica each, every slot looked up"
   CHECK(map->master_for_key("{user1000}.following")->address.port == 7000);  // slot 3443
 }
 
-TEST_CASE("cluster_map: one master over several ranges is one master; gaps have none", "[redis]") {
+TEST_CASE("cluster_map: one master over several ranges is one master, gaps have none", "[redis]") {
   // After a reshard: 7000 holds 0-99 and 200-299, 100-199 went to 7001, the rest unassigned.
   auto text = "*3\r\n" + range(200, 299, node("127.0.0.1", 7000, "a0"), 1) +
               range(0, 99, node("127.0.0.1", 7000, "a0"), 1) + range(100, 199, node("127.0.0.1", 7001, "a1"), 1);

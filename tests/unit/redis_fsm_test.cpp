@@ -54,7 +54,7 @@ TEST_CASE("backoff: grows from base to cap, half fixed and half jitter", "[redis
   CHECK(b.next(0.0) == 25ms);
 }
 
-TEST_CASE("connect_fsm: start, connect, ready; start only once", "[redis]") {
+TEST_CASE("connect_fsm: start, connect, ready, start only once", "[redis]") {
   connect_fsm f;
   CHECK(f.current() == state::idle);
   CHECK_FALSE(f.ready());

@@ -112,7 +112,7 @@ TEST_CASE("servers: least_conn picks the fewest in flight for its weight, ties i
   CHECK(seen.size() == 3);  // ties go round, not always to the first
 }
 
-TEST_CASE("servers: the hash keeps a key's server; a server that comes or goes moves only its share", "[upstream]") {
+TEST_CASE("servers: the hash keeps a key's server, a server that comes or goes moves only its share", "[upstream]") {
   const std::string hash = "    balance: hash\n    hash_key: header:X-User\n";
   rig three(servers_yaml({{9001, 1}, {9002, 1}, {9003, 1}}) + hash);
   rig four(servers_yaml({{9001, 1}, {9002, 1}, {9003, 1}, {9004, 1}}) + hash);
@@ -176,7 +176,7 @@ TEST_CASE("servers: failures in a row eject a server, never past max_share, for 
   CHECK_FALSE(fg::upstream::note_failure(u, 0, failure_kind::connect, 0, t3));  // three in a row again
 }
 
-TEST_CASE("servers: statuses count only where eject.statuses lists them; failures 0 never ejects", "[upstream]") {
+TEST_CASE("servers: statuses count only where eject.statuses lists them, failures 0 never ejects", "[upstream]") {
   rig r(servers_yaml({{9001, 1}, {9002, 1}}) + "    eject: {failures: 1, statuses: [503]}\n");
   CHECK(fg::upstream::ejecting_status(r.api(), 503));
   CHECK_FALSE(fg::upstream::ejecting_status(r.api(), 500));

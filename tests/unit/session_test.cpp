@@ -204,7 +204,7 @@ const std::string get_a = "GET /a HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 6.6.6.
 
 }  // namespace
 
-TEST_CASE("session: a request goes upstream and its answer comes back; leases and the count are given back",
+TEST_CASE("session: a request goes upstream and its answer comes back, leases and the count are given back",
           "[session]") {
   rig r;
   test_client c(r);
