@@ -108,26 +108,31 @@ def flood(port, seconds, clients=4, depth=16):
 # wrk's connections each keep DEPTH pipelined requests at the gateway.
 WRK_PIPELINE = """init = function(args) local r = wrk.format() ; pipelined = r:rep(16) end
 request = function() return pipelined end
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format("FG-SUMMARY %d %d %d %d\\n", summary.duration, summary.requests, e.status,
+                         e.connect + e.read + e.write + e.timeout))
+end
 """
 
 
 def wrk_flood(port, seconds, tmp_path, clients=4):
     """GETs of /r from wrk (written in C, so no interpreter's pauses between sends) on
     `clients` keep-alive connections, 16 pipelined on each, for `seconds`; returns
-    (admitted, elapsed) as wrk counted and timed them. Answers still on their way when
-    wrk stops are not counted: never more admitted than the gateway gave."""
+    (admitted, elapsed) as wrk counted and timed them, the time in microseconds (its
+    printed summary rounds to 10 ms, 10 tokens at 1000/s). Answers still on their way
+    when wrk stops are not counted: never more admitted than the gateway gave, and every
+    counted answer was decided within wrk's time."""
     script = tmp_path / "pipeline.lua"
     script.write_text(WRK_PIPELINE)
     out = subprocess.run(["wrk", "-t2", f"-c{clients}", f"-d{round(seconds)}s", "-s", str(script),
                           f"http://127.0.0.1:{port}/r"], capture_output=True, text=True, timeout=seconds + 30)
     assert out.returncode == 0, out.stdout + out.stderr
-    m = re.search(r"(\d+) requests in ([\d.]+)(m?s)", out.stdout)
+    m = re.search(r"FG-SUMMARY (\d+) (\d+) (\d+) (\d+)", out.stdout)
     assert m, out.stdout
-    total, elapsed = int(m.group(1)), float(m.group(2)) / (1000 if m.group(3) == "ms" else 1)
-    errors = re.search(r"Socket errors: .*", out.stdout)
-    assert not errors, out.stdout  # every connection kept and every answer read
-    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out.stdout)
-    return total - (int(non2xx.group(1)) if non2xx else 0), elapsed
+    duration_us, total, non2xx, socket_errors = (int(g) for g in m.groups())
+    assert socket_errors == 0, out.stdout  # every connection kept and every answer read
+    return total - non2xx, duration_us / 1e6
 
 
 @pytest.mark.parametrize("store", ["memory", "redis"])
@@ -155,7 +160,9 @@ def test_rate_limits_admit_what_they_promise_under_a_flood(gateway_factory, redi
             ratio = admitted / promised
             record(f"{algo} {store} burst {b} flood {attempt + 1}: admitted {admitted} of {promised:.1f} ({ratio:.4f})")
             floods.append((admitted, round(promised, 1), round(ratio, 4)))
-            assert admitted <= promised + 2, floods
+            # (slack: 3 ms of tokens, for the decisions' millisecond clock and the up to
+            # 2 ms a late turn is credited; wrk's time is exact to the microsecond)
+            assert admitted <= promised + 2 + RATE * 0.003, floods
             if b == 1 or ratio >= 0.98:
                 break
         # (short of 0.98 it was tried once more: a stall past 100 ms is rare, not never)
