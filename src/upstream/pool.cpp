@@ -28,7 +28,7 @@ void pool::configure(const std::vector<config::upstream_config>& upstreams) {
       ns.address = sv.address;
       if (old != slots_.end()) {
         auto& olds = old->second.servers;
-        auto it = std::find_if(olds.begin(), olds.end(), [&](auto& o) { return o.address.str() == sv.address.str(); });
+        auto it = std::find_if(olds.begin(), olds.end(), [&](auto& o) { return o.address == sv.address; });
         if (it != olds.end()) ns = std::move(*it);
       }
       if (ns.address_id == 0) ns.address_id = ++next_address_id_;
@@ -64,7 +64,7 @@ pool::server_slot* pool::find(std::string_view name, const config::upstream_conf
   auto* s = find(name);
   if (!s || i >= s->servers.size() || i >= want.servers.size()) return nullptr;
   auto& sv = s->servers[i];
-  return sv.address.str() == want.servers[i].address.str() ? &sv : nullptr;
+  return sv.address == want.servers[i].address ? &sv : nullptr;
 }
 
 std::optional<std::size_t> pool::pick(const config::upstream_config& upstream, const upstream_servers& servers,
