@@ -24,6 +24,7 @@
 #include "http/framing.hpp"
 #include "http/upstream_failure.hpp"
 #include "limit/decision_source.hpp"
+#include "limit/keys.hpp"
 #include "upstream/choice.hpp"
 #include "upstream/pool.hpp"
 #include "util/asio.hpp"
@@ -125,6 +126,7 @@ class session {
   void begin_request();
   // The route's limits: asks the worker's decision source (a plain function around the
   // one wait for Redis, so that a limited request costs no coroutine frame of its own).
+  limit::request_parts key_parts() const;
   limit::status ask_limits(limit::decision_source& source);
   // The upstream answered (its response head) `waited` after the request went: for the
   // access log and the metrics.

@@ -276,10 +276,9 @@ inline std::optional<std::string_view> lookup_header(const void* ctx, std::strin
   return std::string_view(it->value());
 }
 
+// What limit keys and a balancing hash read of the request.
 template <class Stream>
-limit::status session<Stream>::ask_limits(limit::decision_source& source) {
-  const auto& route = rt_->cfg->routes[static_cast<std::size_t>(ad_.route)];
-  if (route.limits.empty()) return limit::status::ok;
+limit::request_parts session<Stream>::key_parts() const {
   const auto& req = parser_->get();
   limit::request_parts parts;
   parts.client = ad_.client.who.key;
@@ -287,6 +286,14 @@ limit::status session<Stream>::ask_limits(limit::decision_source& source) {
   if (auto q = target.find('?'); q != std::string_view::npos) parts.query = target.substr(q + 1);
   parts.header = &lookup_header;
   parts.header_ctx = static_cast<const bhttp::fields*>(&req.base());
+  return parts;
+}
+
+template <class Stream>
+limit::status session<Stream>::ask_limits(limit::decision_source& source) {
+  const auto& route = rt_->cfg->routes[static_cast<std::size_t>(ad_.route)];
+  if (route.limits.empty()) return limit::status::ok;
+  const auto parts = key_parts();
   limits_.route = &route;
   limits_.client = ad_.client.who.key;
   limit::build_checks(limits_.checks, rt_->cfg->redis.key_prefix, route, parts, limit::cluster_keys(*rt_->cfg));

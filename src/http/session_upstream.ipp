@@ -215,18 +215,6 @@ struct forget_upstream {
   }
 };
 
-// What a failed try counts as against its server (passive health): a connect failure, a
-// timeout, a connection closed or reset before any answer; not a malformed or oversized
-// answer, which a client's request can provoke from a healthy server.
-inline upstream::failure_kind failure_of(stage at, error_code ec) {
-  if (ec == beast::error::timeout || ec == asio::error::timed_out) return upstream::failure_kind::timeout;
-  if (at == stage::connect) return upstream::failure_kind::connect;
-  if (ec == bhttp::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset ||
-      ec == asio::error::broken_pipe)
-    return upstream::failure_kind::reset;
-  return upstream::failure_kind::none;
-}
-
 // A try failed at `at`: again on the same server afresh (a stale pooled connection), on
 // another server (upstream.retries), or the answer. Counted against the server when it
 // was its fault, and logged.
@@ -239,8 +227,8 @@ typename session<Stream>::next_try session<Stream>::after_failure(const config::
     return {true, false, 0};
   }
   // (a pooled connection the peer closed is no fault of the server's)
-  if (action.upstream && at != stage::request_body && (!st.reused || at == stage::connect))
-    if (const auto why = failure_of(at, ec); why != upstream::failure_kind::none) choice_.failed(why, deadline::coarse_now);
+  if (action.upstream && (!st.reused || at == stage::connect))
+    if (const auto why = health_failure(at, ec); why != upstream::failure_kind::none) choice_.failed(why, deadline::coarse_now);
   log_failure(up_cfg, at, ec, action.upstream);
   if (action.another_server && choice_.retry(deadline::coarse_now)) {
     st.first = true;
@@ -253,15 +241,8 @@ typename session<Stream>::next_try session<Stream>::after_failure(const config::
 template <class Stream>
 std::optional<std::uint64_t> session<Stream>::balance_key(const config::upstream_config& up) const {
   if (up.balance != config::balance::hash) return std::nullopt;
-  const auto& req = parser_->get();
-  limit::request_parts parts;
-  parts.client = ad_.client.who.key;
-  std::string_view target = req.target();
-  if (auto q = target.find('?'); q != std::string_view::npos) parts.query = target.substr(q + 1);
-  parts.header = &lookup_header;
-  parts.header_ctx = static_cast<const bhttp::fields*>(&req.base());
   std::string scratch;
-  auto v = limit::source_value(up.hash_key, parts, scratch);
+  auto v = limit::source_value(up.hash_key, key_parts(), scratch);
   if (!v) return std::nullopt;
   return util::fnv1a(*v);
 }

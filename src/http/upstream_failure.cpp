@@ -24,8 +24,8 @@ struct body_category_impl final : boost::system::error_category {
 // Our own deadline passed (the kernel's ETIMEDOUT is a failure like any other: 502).
 bool timed_out(boost::system::error_code ec) { return ec == boost::beast::error::timeout; }
 
-// The peer closed (or reset) a pooled connection before answering anything: the
-// request can go again on a fresh one.
+// The peer closed (or reset) the connection before answering anything: on a pooled one,
+// the request can go again on a fresh one.
 bool nothing_received(boost::system::error_code ec) {
   return ec == bhttp::error::end_of_stream || ec == boost::asio::error::connection_reset ||
          ec == boost::asio::error::eof;
@@ -59,6 +59,14 @@ failure_action on_failure(stage at, boost::system::error_code ec, const exchange
       return {false, timed_out(ec) ? 504u : 502u};
   }
   return {false, 502};
+}
+
+upstream::failure_kind health_failure(stage at, boost::system::error_code ec) {
+  if (timed_out(ec) || ec == boost::asio::error::timed_out) return upstream::failure_kind::timeout;
+  if (at == stage::connect) return upstream::failure_kind::connect;
+  if (at == stage::request_body) return upstream::failure_kind::none;
+  if (nothing_received(ec) || ec == boost::asio::error::broken_pipe) return upstream::failure_kind::reset;
+  return upstream::failure_kind::none;
 }
 
 const char* describe(stage at, boost::system::error_code ec) {

@@ -1,6 +1,8 @@
 #pragma once
 #include <boost/system/error_code.hpp>
 
+#include "upstream/servers.hpp"
+
 // What a failed step of the upstream exchange comes to, in one table: retry once on a
 // fresh connection (a stale pooled one), try another server, or the status to answer (0: the response has begun, so close the
 // connection and let the client see it cut short). Pure; unit-tested as a table.
@@ -36,6 +38,11 @@ struct failure_action {
 };
 
 failure_action on_failure(stage at, boost::system::error_code ec, const exchange_state& s);
+
+// What a failed step counts as against its server (passive health): a connect failure,
+// a timeout, a connection closed or reset before any answer; not a malformed or
+// oversized answer, which a client's request can provoke from a healthy server.
+upstream::failure_kind health_failure(stage at, boost::system::error_code ec);
 
 // Words for a log line: "connect failed", "no response", ...
 const char* describe(stage at, boost::system::error_code ec);

@@ -74,3 +74,24 @@ TEST_CASE("upstream failures map to one retry, another server, or one status", "
     ++n;
   }
 }
+
+TEST_CASE("a failed step counts against its server only when the server caused it", "[http][failure]") {
+  using fg::upstream::failure_kind;
+  const error_code reset = boost::asio::error::connection_reset;
+  const error_code eos = bhttp::error::end_of_stream;
+  const error_code pipe = boost::asio::error::broken_pipe;
+  const error_code timeout = boost::beast::error::timeout;
+  const error_code refused = boost::asio::error::connection_refused;
+  const error_code bad = bhttp::error::bad_version;
+  const error_code too_large = fg::http::make_error_code(fg::http::body_errc::too_large);
+  CHECK(fg::http::health_failure(stage::connect, refused) == failure_kind::connect);
+  CHECK(fg::http::health_failure(stage::connect, timeout) == failure_kind::timeout);
+  CHECK(fg::http::health_failure(stage::response_head, boost::asio::error::timed_out) == failure_kind::timeout);
+  CHECK(fg::http::health_failure(stage::send, pipe) == failure_kind::reset);
+  CHECK(fg::http::health_failure(stage::response_head, eos) == failure_kind::reset);
+  CHECK(fg::http::health_failure(stage::response_body, reset) == failure_kind::reset);
+  // A malformed or oversized answer, or the client's own body: not the server's fault.
+  CHECK(fg::http::health_failure(stage::response_head, bad) == failure_kind::none);
+  CHECK(fg::http::health_failure(stage::request_body, too_large) == failure_kind::none);
+  CHECK(fg::http::health_failure(stage::request_body, reset) == failure_kind::none);
+}
