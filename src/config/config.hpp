@@ -151,6 +151,10 @@ struct upstream_config {
   retry_budget budget;
   duration connect_timeout{2'000};
   duration response_timeout{30'000};
+  // One try's time, from its connect to the response head (0: none, response_timeout
+  // per read only). A try past it fails as a timeout and, for a request that may go
+  // again, goes to another server (Envoy's per_try_timeout).
+  duration try_timeout{0};
   std::size_t max_idle = 64;  // per server
 };
 

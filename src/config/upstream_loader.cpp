@@ -64,6 +64,7 @@ class upstream_loader {
     if (auto n = o.get("retry_budget"); present(n)) budget(n, u.budget);
     if (auto n = o.get("connect_timeout"); present(n)) set(u.connect_timeout, positive_duration(r_, n));
     if (auto n = o.get("response_timeout"); present(n)) set(u.response_timeout, positive_duration(r_, n));
+    if (auto n = o.get("try_timeout"); present(n)) set(u.try_timeout, positive_duration(r_, n));
     if (auto n = o.get("max_idle"); present(n)) set(u.max_idle, r_.unsigned_int(n, 0, 100000));
   }
 

@@ -237,6 +237,14 @@ typename session<Stream>::next_try session<Stream>::after_failure(const config::
   return {false, false, action.status};
 }
 
+// The time a step of a try may take: response_timeout, or what is left of the try's
+// (upstream.try_timeout) when that is shorter.
+inline std::chrono::milliseconds try_left(const config::upstream_config& up, clock::time_point try_end) {
+  if (try_end == clock::time_point::max()) return up.response_timeout;
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(try_end - deadline::coarse_now);
+  return std::clamp(left, std::chrono::milliseconds{1}, up.response_timeout);
+}
+
 // balance: hash: the request's hash_key, hashed (nullopt: the request lacks it).
 template <class Stream>
 std::optional<std::uint64_t> session<Stream>::balance_key(const config::upstream_config& up) const {
@@ -267,8 +275,7 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
     piece = first.bytes;
   }
   // Timed for the metrics' histogram and the access log: two clock reads a request.
-  const bool timing = ctx_.metrics || (ctx_.access && ctx_.access->enabled());
-  const auto t0 = timing ? clock::now() : clock::time_point{};
+  const auto t0 = ctx_.metrics || (ctx_.access && ctx_.access->enabled()) ? clock::now() : clock::time_point{};
   upstream::connection_ptr up;
   // Declared after `up`, so destroyed before it: the sweeper never sees a freed socket.
   forget_upstream forget{*watch_, choice_};
@@ -278,7 +285,8 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
   for (bool idle_ok = true;;) {
     error_code ec;
     auto at = stage::connect;
-    st.reused = false;
+    st.reused = st.try_expired = false;
+    const auto try_end = up_cfg.try_timeout.count() > 0 ? deadline::coarse_now + up_cfg.try_timeout : clock::time_point::max();
     // (GCC 12: no co_await inside a conditional expression.)
     if (idle_ok) up = ctx_.pool->take_idle(up_cfg, *watch_, choice_.server());
     if (!up) up = co_await ctx_.pool->connect(up_cfg, *watch_, ec, choice_.server());
@@ -288,7 +296,7 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
       st.reused = up->reused;
       const bool chunked = ad_.framing.type == body_framing::kind::chunked;
       auto bufs = writes_.assign(head_out_, body_buf_.get(), piece, chunked, chunked && parser_->is_done());
-      auto [wec, n] = co_await write_up(*up, bufs, up_cfg.response_timeout);
+      auto [wec, n] = co_await write_up(*up, bufs, try_left(up_cfg, try_end));
       ec = timed(*watch_, wec);
     }
     if (!ec && ad_.has_body()) {
@@ -301,7 +309,9 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
       at = stage::response_head;
       prepare_response_parser();
       std::size_t unused = 0;
-      ec = co_await read_into(*watch_, up->socket, up->buffer, *rp_, up_cfg.response_timeout, unused, true);
+      const auto left = try_left(up_cfg, try_end);
+      ec = co_await read_into(*watch_, up->socket, up->buffer, *rp_, left, unused, true);
+      st.try_expired = ec == beast::error::timeout && left < up_cfg.response_timeout;
       const auto code = rp_->get().result_int();
       more = !ec && code >= 100 && code < 200 && code != 101;
     }
@@ -313,7 +323,7 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
     if (!next.again) co_return co_await send_local(next.status, false);
   }
   choice_.answered(rp_->get().result_int(), deadline::coarse_now);
-  if (timing) note_upstream_time(route, clock::now() - t0);
+  if (t0 != clock::time_point{}) note_upstream_time(route, clock::now() - t0);
   // Only a WebSocket upgrade we asked for becomes a tunnel: anything else would carry
   // the connection's later requests past routing and limits.
   if (rp_->get().result_int() == 101) {

@@ -51,7 +51,9 @@ failure_action on_failure(stage at, boost::system::error_code ec, const exchange
       if (ec == body_errc::too_large) return {false, 413, false};
       return {false, ec == body_errc::timeout ? 408u : 400u, false};
     case stage::response_head:
-      if (timed_out(ec)) return {false, 504};
+      // A try that ran out of its own time (try_timeout) may go to another server, as
+      // a reset may; a read past response_timeout is the request's end.
+      if (timed_out(ec)) return {false, 504, true, s.try_expired && s.retry_safe};
       if (may_retry && nothing_received(ec)) return {true, 0};
       return {false, 502, true, s.retry_safe && nothing_received(ec)};
     case stage::response_body:

@@ -26,6 +26,7 @@ struct exchange_state {
   bool retry_safe = false;      // idempotent and no body: sending it twice is harmless
   bool first = true;            // no retry has been made yet
   bool response_begun = false;  // bytes of the response went to the client
+  bool try_expired = false;     // the timeout was the try's (upstream.try_timeout), not the read's
 };
 
 struct failure_action {

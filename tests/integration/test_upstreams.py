@@ -427,6 +427,39 @@ def test_a_response_timeout_is_not_tried_on_another_server(gateway_factory, orig
     assert wait_until(lambda: "no response in time" in g.log_text(), 10), g.log_text()[-3000:]
 
 
+@pytest.fixture
+def silent_address():
+    """An address that takes connections and requests and never answers: a listening
+    socket nobody accepts on (the kernel completes the handshake and buffers the
+    request)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(64)
+    yield f"127.0.0.1:{s.getsockname()[1]}"
+    s.close()
+
+
+def test_a_try_past_try_timeout_goes_to_another_server(gateway_factory, origins, silent_address):
+    (live,) = origins(1)
+    # try_timeout 300 ms against a response_timeout of 60 s: an answer within 30 s can
+    # only come from the try's own timeout on any machine.
+    g = start(gateway_factory, upstream_section([silent_address, live.address], try_timeout="300ms",
+                                                response_timeout="60s", eject="{ failures: 0 }"))
+    for _ in range(4):
+        r = g.request(get("/echo"), timeout=30)
+        assert r.status == 200, (r.status, r.body)
+    assert live.requests() == 4
+    # Round robin gave the silent server two of the four: each timed out and went on.
+    assert wait_until(lambda: log_count(g, "no response in time") == 2, 10), g.log_text()[-3000:]
+    # A request with a body is not sent twice: the silent server's try ends in a 504.
+    codes = []
+    for _ in range(2):
+        r = g.request(b"POST /upload HTTP/1.1\r\nHost: example.com\r\nContent-Length: 3\r\n\r\nabc", timeout=30)
+        codes.append(r.status)
+    assert sorted(codes) == [200, 504], codes
+    assert live.requests() == 5
+
+
 def test_a_post_with_a_body_is_retried_after_a_connect_failure(gateway_factory, origins, dead_address):
     (live,) = origins(1)
     g = start(gateway_factory, upstream_section([live.address, dead_address], eject="{ failures: 0 }"))

@@ -95,3 +95,20 @@ TEST_CASE("a failed step counts against its server only when the server caused i
   CHECK(fg::http::health_failure(stage::request_body, too_large) == failure_kind::none);
   CHECK(fg::http::health_failure(stage::request_body, reset) == failure_kind::none);
 }
+
+TEST_CASE("a try past try_timeout may go to another server, a read past response_timeout may not",
+          "[http][failure]") {
+  const error_code timeout = boost::beast::error::timeout;
+  fg::http::exchange_state s;
+  s.retry_safe = true;
+  s.try_expired = true;
+  auto a = fg::http::on_failure(stage::response_head, timeout, s);
+  CHECK(!a.retry);
+  CHECK(a.status == 504);
+  CHECK(a.another_server);
+  s.retry_safe = false;  // a body was sent, or the method is not idempotent
+  CHECK(!fg::http::on_failure(stage::response_head, timeout, s).another_server);
+  s.retry_safe = true;
+  s.try_expired = false;
+  CHECK(!fg::http::on_failure(stage::response_head, timeout, s).another_server);
+}
