@@ -194,6 +194,7 @@ int server::run() {
   started_at_ = std::chrono::steady_clock::now();
   start_reload_thread();
   start_workers(listener.native_handle());
+  checker_.update(rt_->servers);
   if (admin_listener) {
     // /limits reads the store on the admin's own thread and connection.
     admin_listener->set_inspector(
@@ -236,6 +237,7 @@ int server::run() {
   watch.close();
   // Before the admin goes: a reload it waits for answers it on its io_context.
   stop_reload_thread();
+  checker_.stop();
   // Draining is not serving: the admin listener goes first (its thread joins, its
   // connections close).
   admin_listener.reset();
@@ -353,6 +355,7 @@ admin::reload_outcome server::reload(std::string_view why) {
     rt_ = rt;
     access_ = access;
   }
+  if (workers_running_) checker_.update(rt->servers);
   reloads_ok_.fetch_add(1, std::memory_order_relaxed);
   out.ok = true;
   out.hash = next->hash;

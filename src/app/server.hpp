@@ -17,6 +17,7 @@
 #include "app/worker.hpp"
 #include "http/compiled_config.hpp"
 #include "obs/metrics.hpp"
+#include "upstream/health_checker.hpp"
 
 namespace fg::app {
 
@@ -82,6 +83,8 @@ class server final : public admin::status_source {
   std::unique_ptr<store::memory_store> memory_;
   http::connection_limit connections_;
   std::vector<std::unique_ptr<worker>> workers_;
+  // Active health checks, from run() to the drain; told of each reload's servers.
+  upstream::health_checker checker_;
   std::atomic<bool> workers_running_{false};
   // The proxy port listens (startup is over).
   std::atomic<bool> serving_{false};

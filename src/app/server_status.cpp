@@ -128,7 +128,7 @@ std::string server::metrics() const {
         const auto& h = *s.health;
         const auto read = [](const auto& a) { return a.load(std::memory_order_relaxed); };
         g.upstream_servers.push_back({u.name, s.address, read(h.requests), read(h.failures), read(h.ejections),
-                                      read(h.retries), read(h.active), !h.ejected(now)});
+                                      read(h.retries), read(h.active), h.in_service(now)});
       }
   }
   g.version = FG_VERSION;

@@ -138,6 +138,22 @@ struct retry_budget {
   bool operator==(const retry_budget&) const = default;
 };
 
+// Active health (optional): one GET of `path` to each server every `interval`, from one
+// place per process; `fall` failures in a row take a server out of service until `rise`
+// passes in a row bring it back. A pass is a status in `statuses` (2xx and 3xx when
+// empty) within `timeout`.
+struct health_check_config {
+  bool enabled = false;
+  std::string path = "/";
+  std::string host;  // the Host of the check ("" = the server's address)
+  duration interval{5'000};
+  duration timeout{1'000};
+  unsigned rise = 2;
+  unsigned fall = 3;
+  std::vector<unsigned> statuses;
+  bool operator==(const health_check_config&) const = default;
+};
+
 struct upstream_config {
   std::string name;
   // `address:` is the one-server form of `servers:` (weight 1).
@@ -145,6 +161,7 @@ struct upstream_config {
   config::balance balance = balance::round_robin;
   key_source hash_key{key_source::kind::ip, {}};  // balance: hash
   eject_config eject;
+  health_check_config health;
   // Tries on another server after a connect failure (any request) or a reset before
   // any response byte (idempotent requests without a body).
   unsigned retries = 1;

@@ -60,6 +60,7 @@ class upstream_loader {
       if (u.balance != balance::hash) r_.error(n, "hash_key is read with balance: hash only");
     }
     if (auto n = o.get("eject"); present(n)) eject(n, u.eject);
+    if (auto n = o.get("health"); present(n)) health(n, u.health);
     if (auto n = o.get("retries"); present(n)) set(u.retries, r_.unsigned_int(n, 0, 5));
     if (auto n = o.get("retry_budget"); present(n)) budget(n, u.budget);
     if (auto n = o.get("connect_timeout"); present(n)) set(u.connect_timeout, positive_duration(r_, n));
@@ -122,6 +123,39 @@ class upstream_loader {
         if (auto code = r_.unsigned_int(s, 500, 599)) e.statuses.push_back(static_cast<unsigned>(*code));
     }
     if (e.max_time < e.base_time) r_.error(node, "eject.max_time is shorter than eject.base_time");
+  }
+
+  void health(const YAML::Node& node, health_check_config& h) {
+    yaml_reader::object o(r_, node, "health");
+    if (!o.ok()) return;
+    h.enabled = true;
+    if (auto n = o.get("path"); present(n))
+      if (auto p = r_.string(n)) {
+        // (sent as the request line's target: one token of visible ASCII, from '/')
+        if (p->empty() || p->front() != '/' || p->size() > 1024 ||
+            std::any_of(p->begin(), p->end(), [](unsigned char c) { return c <= ' ' || c >= 0x7f; }))
+          r_.error(n, "health.path must be a path from '/' of visible characters (at most 1024)");
+        else h.path = *p;
+      }
+    if (auto n = o.get("host"); present(n))
+      if (auto v = r_.string(n)) {
+        if (v->empty() || v->size() > 255 ||
+            std::any_of(v->begin(), v->end(), [](unsigned char c) { return c <= ' ' || c >= 0x7f || c == ','; }))
+          r_.error(n, "health.host must be a host name or host:port (visible characters, at most 255)");
+        else h.host = *v;
+      }
+    if (auto n = o.get("interval"); present(n)) set(h.interval, positive_duration(r_, n));
+    if (auto n = o.get("timeout"); present(n)) set(h.timeout, positive_duration(r_, n));
+    if (auto n = o.get("rise"); present(n)) set(h.rise, r_.unsigned_int(n, 1, 100));
+    if (auto n = o.get("fall"); present(n)) set(h.fall, r_.unsigned_int(n, 1, 100));
+    if (auto n = o.get("statuses"); present(n)) {
+      auto items = r_.list(n, true);
+      if (items.size() > 100) r_.error(n, "health.statuses has at most 100 items");
+      else for (const auto& s : items)
+        if (auto code = r_.unsigned_int(s, 100, 599)) h.statuses.push_back(static_cast<unsigned>(*code));
+    }
+    if (h.interval < std::chrono::milliseconds(100)) r_.error(node, "health.interval is at least 100ms");
+    if (h.timeout > h.interval) r_.error(node, "health.timeout is longer than health.interval");
   }
 
   void budget(const YAML::Node& node, retry_budget& b) {

@@ -208,7 +208,7 @@ std::vector<MetricFamily> upstream_servers(const process_gauges& gauges) {
       MetricType::Counter, [](g s) { return s.retries; });
   add("floodgate_upstream_server_active", "Requests in flight on a server (all workers).", MetricType::Gauge,
       [](g s) { return s.active; });
-  add("floodgate_upstream_server_healthy", "1 while a server is in service, 0 while it is ejected.", MetricType::Gauge,
+  add("floodgate_upstream_server_healthy", "1 while a server is in service, 0 while it is ejected or failing its health checks.", MetricType::Gauge,
       [](g s) { return s.healthy ? 1 : 0; });
   return out;
 }

@@ -47,6 +47,7 @@ std::shared_ptr<const server_set> server_set::build(const std::vector<config::up
     us.balance = u.balance;
     us.eject = u.eject;
     us.budget = u.budget;
+    us.health = u.health;
     const upstream_servers* old = nullptr;
     if (previous)
       for (const auto& p : previous->upstreams_)
@@ -61,6 +62,8 @@ std::shared_ptr<const server_set> server_set::build(const std::vector<config::up
         for (const auto& o : old->servers)
           if (o.address == sv.address) sv.health = o.health;
       if (!sv.health) sv.health = std::make_shared<server_health>();
+      // (a reload that turns the checks off puts a failing server back in service)
+      if (!u.health.enabled) sv.health->check_failing.store(false, std::memory_order_relaxed);
       us.weight_total += s.weight;
       us.servers.push_back(std::move(sv));
     }
@@ -147,7 +150,7 @@ std::optional<std::size_t> pick(const upstream_servers& u, pick_state& st, const
   std::span<char> eligible(stack, n);
   bool any = false;
   for (std::size_t i = 0; i < n; ++i) {
-    eligible[i] = !was_tried(in.tried, i) && !u.servers[i].health->ejected(in.now);
+    eligible[i] = !was_tried(in.tried, i) && u.servers[i].health->in_service(in.now);
     any = any || eligible[i];
   }
   if (!any)

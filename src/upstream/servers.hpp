@@ -35,8 +35,19 @@ struct server_health {
   std::atomic<failure_kind> last_failure{failure_kind::none};
   std::atomic<unsigned> last_status{0};
 
+  // Active health (upstreams.<name>.health): out of service after `fall` failed checks
+  // in a row, until `rise` passes in a row; what the last failed check found.
+  std::atomic<bool> check_failing{false};
+  std::atomic<std::uint64_t> checks{0}, check_failures{0};
+  std::atomic<failure_kind> check_last{failure_kind::none};
+  std::atomic<unsigned> check_status{0};
+
   bool ejected(steady::time_point now) const {
     return ejected_until.load(std::memory_order_relaxed) > now.time_since_epoch().count();
+  }
+  // Neither ejected (passive health) nor failing its checks (active health).
+  bool in_service(steady::time_point now) const {
+    return !ejected(now) && !check_failing.load(std::memory_order_relaxed);
   }
 };
 
@@ -48,6 +59,7 @@ struct server {
 
 struct upstream_servers {
   std::string name;
+  config::health_check_config health;
   config::balance balance = config::balance::round_robin;
   std::vector<server> servers;
   config::eject_config eject;
@@ -88,9 +100,10 @@ struct pick_input {
   steady::time_point now;
 };
 
-// The server for one try, or nullopt when every server has been tried. Ejected servers
-// are passed over while another is in service; when all untried ones are ejected, the
-// balance picks among them anyway (a guess beats a certain 502).
+// The server for one try, or nullopt when every server has been tried. Servers out of
+// service (ejected, or failing their health checks) are passed over while another is in
+// service; when all untried ones are out, the balance picks among them anyway (a guess
+// beats a certain 502).
 std::optional<std::size_t> pick(const upstream_servers& u, pick_state& st, const pick_input& in);
 
 // A weighted rendezvous hash: the server with the highest weight / -ln(h(key, server)).

@@ -39,6 +39,7 @@ SECTIONS = {
     ("upstream_loader.cpp", "server", "so"): "upstreams.<name>.servers[].",
     ("upstream_loader.cpp", "eject", "o"): "upstreams.<name>.eject.",
     ("upstream_loader.cpp", "budget", "o"): "upstreams.<name>.retry_budget.",
+    ("upstream_loader.cpp", "health", "o"): "upstreams.<name>.health.",
     ("route_loader.cpp", "routes", "o"): "routes[].",
     ("route_loader.cpp", "match", "o"): "routes[].match.",
     ("route_loader.cpp", "response", "o"): "routes[].response.",

@@ -58,6 +58,19 @@ class Origin(Upstream):
         """Requests it has received whole (counted before it answers)."""
         return self.stats()["requests"]
 
+    def set_health(self, code):
+        """What its /healthz answers from now on."""
+        self._ctl_get(f"/__health?code={code}")
+
+    def health_checks(self):
+        return self.stats()["health_checks"]
+
+    def _ctl_get(self, path):
+        if self._ctl is None:
+            self._ctl = socket.create_connection(("127.0.0.1", self.control), timeout=5)
+        self._ctl.sendall(f"GET {path} HTTP/1.1\r\nHost: c\r\n\r\n".encode())
+        assert read_response(self._ctl).status == 200
+
     def _close_ctl(self):
         if self._ctl is not None:
             self._ctl.close()
@@ -556,6 +569,38 @@ def test_a_status_in_eject_statuses_counts_as_a_failure(gateway_factory, origins
     assert after[out[0]] == before[out[0]] and after[1 - out[0]] - before[1 - out[0]] == 10, (before, after)
 
 
+def test_active_health_checks_take_a_failing_server_out_and_bring_it_back(gateway_factory, origins):
+    a, b = servers = origins(2)
+    g = start(gateway_factory, upstream_section([o.address for o in servers], eject="{ failures: 0 }",
+                                                health="{ path: /healthz, interval: 300ms, timeout: 300ms, "
+                                                       "rise: 2, fall: 2 }"),
+              admin=True, admin_more=f'  token: "{TOKEN}"\n', workers=2)
+    # One checker per process, not one per worker: each server sees its checks, and
+    # none of them counts as a request.
+    wait_for("checks on both servers", lambda: a.health_checks() >= 3 and b.health_checks() >= 3, 20)
+    assert counts(servers) == [0, 0]
+    a.set_health(503)
+    wait_for("a out of service", lambda: f"server {a.address} failed 2 health check(s) in a row (last: status 503)"
+             in g.log_text(), 20)
+    s = by_address(view(g)["api"])[a.address]
+    assert s["state"] == "failing_checks" and s["checks"]["passing"] is False, s
+    assert s["checks"]["last_failure"] == "failing statuses" and s["checks"]["last_status"] == 503, s
+    before = counts(servers)
+    for _ in range(10):
+        assert one_get(g).status == 200
+    after = counts(servers)
+    assert after[0] == before[0] and after[1] - before[1] == 10, (before, after)
+    a.set_health(200)
+    wait_for("a back", lambda: f"server {a.address} passed 2 health check(s) in a row: back in service"
+             in g.log_text(), 20)
+    assert by_address(view(g)["api"])[a.address]["state"] == "up"
+    before = counts(servers)
+    for _ in range(10):
+        assert one_get(g).status == 200
+    after = counts(servers)
+    assert after[0] - before[0] >= 3, (before, after)
+
+
 # --- config errors -------------------------------------------------------------------
 
 CHECK_HEAD = 'listen: "127.0.0.1:8080"\nupstreams:\n  api:\n'
@@ -571,6 +616,11 @@ BAD_UPSTREAMS = {
     "balance": ('    servers: ["127.0.0.1:9001"]\n    balance: random\n', 5,
                 "expected one of round_robin|least_conn|hash"),
     "empty": ("    servers: []\n", 4, "servers must be a list of {address, weight} (at least one)"),
+    "health path": ('    address: "127.0.0.1:9001"\n    health: { path: "/a b" }\n', 5, "health.path must be a path"),
+    "health host": ('    address: "127.0.0.1:9001"\n    health: { host: "a\\r\\nX: y" }\n', 5,
+                    "health.host must be a host name"),
+    "health timeout": ('    address: "127.0.0.1:9001"\n    health: { interval: 1s, timeout: 2s }\n', 5,
+                       "health.timeout is longer than health.interval"),
     "retries": ('    servers: ["127.0.0.1:9001"]\n    retries: 6\n', 5, "expected an integer from 0 to 5"),
     "status": ('    servers: ["127.0.0.1:9001"]\n    eject: { statuses: [404] }\n', 5,
                "expected an integer from 500 to 599"),
@@ -606,7 +656,10 @@ def test_a_good_upstream_passes_check(tmp_path):
                                       "    balance: hash\n    hash_key: cookie:session\n"
                                       "    eject: { failures: 3, base_time: 5s, max_time: 1m, max_share: 0.34, "
                                       "statuses: [502, 503] }\n"
-                                      "    retries: 2\n    retry_budget: { share: 0.1, min: 1 }\n")
+                                      "    retries: 2\n    retry_budget: { share: 0.1, min: 1 }\n"
+                                      "    health: { path: /healthz, interval: 2s, timeout: 1s, rise: 2, fall: 3, "
+                                      "statuses: [200, 204], host: api.internal }\n"
+                                      "    try_timeout: 2s\n")
     assert code == 0, text
 
 

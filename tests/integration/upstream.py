@@ -15,8 +15,11 @@ Endpoints (any method):
   /upgrade-any      with an Upgrade header: 101 with that Upgrade value (as Tomcat does
                     for h2c), then a raw tunnel echoing every byte back; without: as /echo
   /force-101        always 101 with Upgrade: h2c, then a raw tunnel echoing every byte back
+  /healthz          the status /__health set (200 at first), counted as a health check,
+                    not as a request
 Control, on a second port so it is never counted: GET /__stats -> {"connections",
-"requests", "bytes", "closed"} (closed: connections ended, by either side); GET /__reset.
+"requests", "bytes", "closed", "health_checks"} (closed: connections ended, by either
+side); GET /__reset; GET /__health?code=N (what /healthz answers from now on).
 Prints "PORT <main> <control>" on stdout once listening.
 """
 import base64
@@ -29,7 +32,8 @@ import time
 from urllib.parse import parse_qs, urlsplit
 
 lock = threading.Lock()
-stats = {"connections": 0, "requests": 0, "bytes": 0, "closed": 0}
+stats = {"connections": 0, "requests": 0, "bytes": 0, "closed": 0, "health_checks": 0}
+health = {"code": 200}
 
 
 class Conn:
@@ -156,6 +160,19 @@ def handle(conn):
                 for k in stats:
                     stats[k] = 0
             respond(conn.sock, 200, b"{}")
+            continue
+        if conn.control and path == "/__health":
+            with lock:
+                health["code"] = int(q.get("code", "200"))
+            respond(conn.sock, 200, b"{}")
+            continue
+        if path == "/healthz":
+            with lock:
+                stats["health_checks"] += 1
+                code = health["code"]
+            respond(conn.sock, code, b"health")
+            if headers.get("connection", "").lower() == "close":
+                return
             continue
         length, total = 0, 0
         for piece in conn.body_pieces(headers):

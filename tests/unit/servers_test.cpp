@@ -13,6 +13,7 @@
 
 #include "config/loader.hpp"
 #include "upstream/choice.hpp"
+#include "upstream/health_checker.hpp"
 #include "upstream/pool.hpp"
 #include "upstream/servers.hpp"
 
@@ -278,4 +279,41 @@ TEST_CASE("servers: a long base_time doubled many times stays at max_time", "[up
     CHECK_FALSE(r.api().servers[0].health->ejected(now + std::chrono::hours(3) + 1s));
     now += std::chrono::hours(3) + 2s;
   }
+}
+
+TEST_CASE("servers: fall failed checks in a row take a server out, rise passes bring it back", "[upstream][health]") {
+  using fg::upstream::check_result;
+  using fg::upstream::failure_kind;
+  rig r(servers_yaml({{9001, 1}, {9002, 1}}) + "    health: {path: /healthz, rise: 2, fall: 3, statuses: [200, 204]}\n");
+  const auto& u = r.api();
+  CHECK(fg::upstream::check_passes(u.health, 204));
+  CHECK_FALSE(fg::upstream::check_passes(u.health, 301));
+  fg::config::health_check_config plain;
+  CHECK(fg::upstream::check_passes(plain, 301));
+  CHECK_FALSE(fg::upstream::check_passes(plain, 404));
+  unsigned passes = 0, fails = 0;
+  const auto& s = u.servers[0];
+  const check_result bad{failure_kind::status, 503}, good{failure_kind::none, 200};
+  CHECK_FALSE(fg::upstream::record_check(u, s, bad, passes, fails));
+  CHECK_FALSE(fg::upstream::record_check(u, s, good, passes, fails));  // not in a row
+  CHECK_FALSE(fg::upstream::record_check(u, s, bad, passes, fails));
+  CHECK_FALSE(fg::upstream::record_check(u, s, bad, passes, fails));
+  CHECK(fg::upstream::record_check(u, s, bad, passes, fails));  // the third in a row
+  CHECK(s.health->check_failing.load());
+  CHECK(s.health->check_status.load() == 503);
+  // Out of service: the other server takes every pick.
+  fg::upstream::pick_state st;
+  for (int i = 0; i < 6; ++i) CHECK(r.pick(st) == 1);
+  CHECK_FALSE(fg::upstream::record_check(u, s, good, passes, fails));
+  CHECK(fg::upstream::record_check(u, s, good, passes, fails));
+  CHECK_FALSE(s.health->check_failing.load());
+  CHECK(s.health->checks.load() == 7);
+  CHECK(s.health->check_failures.load() == 4);
+  // A reload that turns the checks off puts a failing server back in service.
+  fg::upstream::record_check(u, s, bad, passes, fails);
+  fg::upstream::record_check(u, s, bad, passes, fails);
+  fg::upstream::record_check(u, s, bad, passes, fails);
+  REQUIRE(s.health->check_failing.load());
+  rig off(servers_yaml({{9001, 1}, {9002, 1}}), r.set.get());
+  CHECK_FALSE(off.api().servers[0].health->check_failing.load());
 }

@@ -1,0 +1,176 @@
+#include "upstream/health_checker.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "obs/logging.hpp"
+#include "util/asio.hpp"
+
+namespace fg::upstream {
+
+using asio::ip::tcp;
+using util::use_tuple;
+
+struct health_checker::state {
+  asio::io_context ioc{1};
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  // Bumped by each update (on the checker's thread): a check loop of an older set ends.
+  std::uint64_t generation = 0;
+  std::size_t in_flight = 0;
+  bool stopping = false;
+};
+
+bool check_passes(const config::health_check_config& h, unsigned status) {
+  if (h.statuses.empty()) return status >= 200 && status < 400;
+  return std::find(h.statuses.begin(), h.statuses.end(), status) != h.statuses.end();
+}
+
+namespace {
+
+std::string words(check_result r) {
+  switch (r.why) {
+    case failure_kind::connect: return "connect failed";
+    case failure_kind::timeout: return "no answer in time";
+    case failure_kind::reset: return "closed without an answer";
+    case failure_kind::status: return "status " + std::to_string(r.status);
+    case failure_kind::none: break;
+  }
+  return "passed";
+}
+
+failure_kind failure_of(const boost::system::error_code& ec, failure_kind otherwise) {
+  return ec == beast::error::timeout ? failure_kind::timeout : otherwise;
+}
+
+// One check: a new connection, one GET with Connection: close, the answer's head; the
+// whole of it within h.timeout (the name's resolution aside).
+asio::awaitable<check_result> check_once(const upstream_servers& u, const server& s) {
+  const auto& h = u.health;
+  auto ex = co_await asio::this_coro::executor;
+  tcp::resolver resolver(ex);
+  auto [rec, results] = co_await resolver.async_resolve(s.cfg.address.host, std::to_string(s.cfg.address.port),
+                                                        tcp::resolver::numeric_service, use_tuple);
+  if (rec || results.empty()) co_return check_result{failure_kind::connect};
+  beast::tcp_stream stream(ex);
+  stream.expires_after(h.timeout);
+  auto [cec, ep] = co_await stream.async_connect(results, use_tuple);
+  if (cec) co_return check_result{failure_of(cec, failure_kind::connect)};
+  const std::string request = "GET " + h.path + " HTTP/1.1\r\nHost: " + (h.host.empty() ? s.address : h.host) +
+                              "\r\nUser-Agent: floodgate-health-check\r\nConnection: close\r\n\r\n";
+  auto [wec, wn] = co_await asio::async_write(stream, asio::buffer(request), use_tuple);
+  if (wec) co_return check_result{failure_of(wec, failure_kind::reset)};
+  beast::flat_buffer buffer(16 * 1024);
+  bhttp::response_parser<bhttp::empty_body> parser;
+  parser.header_limit(16 * 1024);
+  auto [hec, hn] = co_await bhttp::async_read_header(stream, buffer, parser, use_tuple);
+  if (hec) co_return check_result{failure_of(hec, failure_kind::reset)};
+  const auto status = parser.get().result_int();
+  boost::system::error_code ignored;
+  stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  co_return check_result{check_passes(h, status) ? failure_kind::none : failure_kind::status, status};
+}
+
+// A server's checks, until an update or stop replaces the set. `st` outlives the loop
+// (the io_context that runs it is its member).
+asio::awaitable<void> check_loop(health_checker::state* st, std::shared_ptr<const server_set> set, std::size_t ui,
+                                 std::size_t i, std::uint64_t generation, std::chrono::milliseconds first_wait) {
+  const auto& u = set->all()[ui];
+  const auto& s = u.servers[i];
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  unsigned passes = 0, fails = 0;
+  for (auto wait = first_wait;; wait = u.health.interval) {
+    timer.expires_after(wait);
+    co_await timer.async_wait(use_tuple);
+    if (st->stopping || st->generation != generation) co_return;
+    if (st->in_flight >= health_checker::max_in_flight) continue;
+    ++st->in_flight;
+    const auto r = co_await check_once(u, s);
+    --st->in_flight;
+    if (st->stopping || st->generation != generation) co_return;
+    record_check(u, s, r, passes, fails);
+  }
+}
+
+}  // namespace
+
+bool record_check(const upstream_servers& u, const server& s, check_result r, unsigned& passes, unsigned& fails) {
+  auto& h = *s.health;
+  h.checks.fetch_add(1, std::memory_order_relaxed);
+  const bool failing = h.check_failing.load(std::memory_order_relaxed);
+  if (r.why == failure_kind::none) {
+    fails = 0;
+    ++passes;
+    if (!failing || passes < u.health.rise) return false;
+    h.check_failing.store(false, std::memory_order_relaxed);
+    spdlog::info("upstream {}: server {} passed {} health check(s) in a row: back in service", u.name, s.address,
+                 passes);
+    return true;
+  }
+  passes = 0;
+  ++fails;
+  h.check_failures.fetch_add(1, std::memory_order_relaxed);
+  h.check_last.store(r.why, std::memory_order_relaxed);
+  h.check_status.store(r.status, std::memory_order_relaxed);
+  if (failing || fails < u.health.fall) {
+    if (!failing) spdlog::debug("upstream {}: server {} failed a health check: {}", u.name, s.address, words(r));
+    return false;
+  }
+  h.check_failing.store(true, std::memory_order_relaxed);
+  spdlog::warn("upstream {}: server {} failed {} health check(s) in a row (last: {}): out of service until {} pass",
+               u.name, s.address, fails, words(r), u.health.rise);
+  return true;
+}
+
+health_checker::health_checker() : st_(std::make_unique<state>()) {}
+
+health_checker::~health_checker() { stop(); }
+
+void health_checker::update(std::shared_ptr<const server_set> set) {
+  const auto all = set->all();
+  const bool any = std::any_of(all.begin(), all.end(), [](const auto& u) { return u.health.enabled; });
+  if (!thread_.joinable()) {
+    if (!any || st_->stopping) return;
+    st_->work.emplace(st_->ioc.get_executor());
+    thread_ = std::thread([st = st_.get()] { obs::run_logged(st->ioc, "health checks"); });
+  }
+  asio::post(st_->ioc, [st = st_.get(), set = std::move(set)] {
+    const auto generation = ++st->generation;
+    for (std::size_t ui = 0; ui < set->all().size(); ++ui) {
+      const auto& u = set->all()[ui];
+      if (!u.health.enabled) continue;
+      const auto n = u.servers.size();
+      for (std::size_t i = 0; i < n; ++i) {
+        // Spread over the interval, so that the servers are not checked all at once.
+        const auto first = u.health.interval * static_cast<long>(i) / static_cast<long>(n);
+        asio::co_spawn(st->ioc, check_loop(st, set, ui, i, generation, first), asio::detached);
+      }
+    }
+  });
+}
+
+void health_checker::stop() {
+  if (!thread_.joinable()) return;
+  asio::post(st_->ioc, [st = st_.get()] {
+    st->stopping = true;
+    st->work.reset();
+    st->ioc.stop();
+  });
+  thread_.join();
+}
+
+}  // namespace fg::upstream
