@@ -59,7 +59,7 @@ class Origin(Upstream):
         return self.stats()["requests"]
 
     def set_health(self, code):
-        """What its /healthz answers from now on."""
+        """What its /__check answers from now on."""
         self._ctl_get(f"/__health?code={code}")
 
     def health_checks(self):
@@ -572,7 +572,7 @@ def test_a_status_in_eject_statuses_counts_as_a_failure(gateway_factory, origins
 def test_active_health_checks_take_a_failing_server_out_and_bring_it_back(gateway_factory, origins):
     a, b = servers = origins(2)
     g = start(gateway_factory, upstream_section([o.address for o in servers], eject="{ failures: 0 }",
-                                                health="{ path: /healthz, interval: 300ms, timeout: 300ms, "
+                                                health="{ path: /__check, interval: 500ms, timeout: 500ms, "
                                                        "rise: 2, fall: 2 }"),
               admin=True, admin_more=f'  token: "{TOKEN}"\n', workers=2)
     # One checker per process, not one per worker: each server sees its checks, and

@@ -15,11 +15,11 @@ Endpoints (any method):
   /upgrade-any      with an Upgrade header: 101 with that Upgrade value (as Tomcat does
                     for h2c), then a raw tunnel echoing every byte back; without: as /echo
   /force-101        always 101 with Upgrade: h2c, then a raw tunnel echoing every byte back
-  /healthz          the status /__health set (200 at first), counted as a health check,
+  /__check          the status /__health set (200 at first), counted as a health check,
                     not as a request
 Control, on a second port so it is never counted: GET /__stats -> {"connections",
 "requests", "bytes", "closed", "health_checks"} (closed: connections ended, by either
-side); GET /__reset; GET /__health?code=N (what /healthz answers from now on).
+side); GET /__reset; GET /__health?code=N (what /__check answers from now on).
 Prints "PORT <main> <control>" on stdout once listening.
 """
 import base64
@@ -166,7 +166,7 @@ def handle(conn):
                 health["code"] = int(q.get("code", "200"))
             respond(conn.sock, 200, b"{}")
             continue
-        if path == "/healthz":
+        if path == "/__check":
             with lock:
                 stats["health_checks"] += 1
                 code = health["code"]
