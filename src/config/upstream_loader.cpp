@@ -115,13 +115,7 @@ class upstream_loader {
     if (auto n = o.get("base_time"); present(n)) set(e.base_time, positive_duration(r_, n));
     if (auto n = o.get("max_time"); present(n)) set(e.max_time, positive_duration(r_, n));
     if (auto n = o.get("max_share"); present(n)) set(e.max_share, share(n));
-    if (auto n = o.get("statuses"); present(n)) {
-      e.statuses.clear();
-      auto items = r_.list(n, true);
-      if (items.size() > 100) r_.error(n, "eject.statuses has at most 100 items");
-      else for (const auto& s : items)
-        if (auto code = r_.unsigned_int(s, 500, 599)) e.statuses.push_back(static_cast<unsigned>(*code));
-    }
+    if (auto n = o.get("statuses"); present(n)) e.statuses = statuses(n, 500, 599, "eject.statuses");
     if (e.max_time < e.base_time) r_.error(node, "eject.max_time is shorter than eject.base_time");
   }
 
@@ -132,15 +126,13 @@ class upstream_loader {
     if (auto n = o.get("path"); present(n))
       if (auto p = r_.string(n)) {
         // (sent as the request line's target: one token of visible ASCII, from '/')
-        if (p->empty() || p->front() != '/' || p->size() > 1024 ||
-            std::any_of(p->begin(), p->end(), [](unsigned char c) { return c <= ' ' || c >= 0x7f; }))
+        if (!visible(*p, 1024) || p->front() != '/')
           r_.error(n, "health.path must be a path from '/' of visible characters (at most 1024)");
         else h.path = *p;
       }
     if (auto n = o.get("host"); present(n))
       if (auto v = r_.string(n)) {
-        if (v->empty() || v->size() > 255 ||
-            std::any_of(v->begin(), v->end(), [](unsigned char c) { return c <= ' ' || c >= 0x7f || c == ','; }))
+        if (!visible(*v, 255, ","))
           r_.error(n, "health.host must be a host name or host:port (visible characters, at most 255)");
         else h.host = *v;
       }
@@ -148,12 +140,7 @@ class upstream_loader {
     if (auto n = o.get("timeout"); present(n)) set(h.timeout, positive_duration(r_, n));
     if (auto n = o.get("rise"); present(n)) set(h.rise, r_.unsigned_int(n, 1, 100));
     if (auto n = o.get("fall"); present(n)) set(h.fall, r_.unsigned_int(n, 1, 100));
-    if (auto n = o.get("statuses"); present(n)) {
-      auto items = r_.list(n, true);
-      if (items.size() > 100) r_.error(n, "health.statuses has at most 100 items");
-      else for (const auto& s : items)
-        if (auto code = r_.unsigned_int(s, 100, 599)) h.statuses.push_back(static_cast<unsigned>(*code));
-    }
+    if (auto n = o.get("statuses"); present(n)) h.statuses = statuses(n, 100, 599, "health.statuses");
     if (h.interval < std::chrono::milliseconds(100)) r_.error(node, "health.interval is at least 100ms");
     if (h.timeout > h.interval) r_.error(node, "health.timeout is longer than health.interval");
   }
@@ -163,6 +150,24 @@ class upstream_loader {
     if (!o.ok()) return;
     if (auto n = o.get("share"); present(n)) set(b.share, share(n));
     if (auto n = o.get("min"); present(n)) set(b.min, r_.unsigned_int(n, 0, 10'000));
+  }
+
+  // A list of at most 100 statuses, each from lo to hi (`key` names it in the error).
+  std::vector<unsigned> statuses(const YAML::Node& n, unsigned lo, unsigned hi, const char* key) {
+    std::vector<unsigned> out;
+    auto items = r_.list(n, true);
+    if (items.size() > 100) r_.error(n, std::string(key) + " has at most 100 items");
+    else for (const auto& s : items)
+      if (auto code = r_.unsigned_int(s, lo, hi)) out.push_back(static_cast<unsigned>(*code));
+    return out;
+  }
+
+  // 1 to `max` characters of visible ASCII, none of them in `refused`: what may be
+  // written into a request line or a header as it is.
+  static bool visible(const std::string& v, std::size_t max, std::string_view refused = {}) {
+    return !v.empty() && v.size() <= max && std::none_of(v.begin(), v.end(), [&](unsigned char c) {
+      return c <= ' ' || c >= 0x7f || refused.find(static_cast<char>(c)) != std::string_view::npos;
+    });
   }
 
   std::optional<double> share(const YAML::Node& n) {
