@@ -74,6 +74,13 @@ json::object http_json(const config::http_config& h) {
           {"drain_timeout_ms", ms(h.drain_timeout)},   {"max_connections", h.max_connections}};
 }
 
+json::object resolver_json(const config::resolver_config& r) {
+  json::array servers;
+  for (const auto& s : r.servers) servers.emplace_back(s.str());
+  return {{"servers", std::move(servers)}, {"timeout_ms", ms(r.timeout)}, {"tries", r.tries},
+          {"refresh_ms", ms(r.refresh)}};
+}
+
 json::object limit_json(const config::limit_config& l) {
   json::array key;
   for (const auto& k : l.key) key.emplace_back(key_text(k));
@@ -194,6 +201,7 @@ json::object config_to_json(const config::config& cfg) {
           {"redis", redis_json(cfg.redis)},
           {"client_ip", client_ip_json(cfg.client_ip)},
           {"http", http_json(cfg.http)},
+          {"resolver", resolver_json(cfg.resolver)},
           {"upstreams", std::move(upstreams)},
           {"routes", std::move(routes)}};
 }

@@ -18,6 +18,7 @@ json::object server_json(const upstream::server& s, const config::health_check_c
   const auto left_ns = read(h.ejected_until) - now.time_since_epoch().count();
   const auto last = read(h.last_failure);
   json::object o{{"address", s.address},
+                 {"name", s.cfg.name.empty() ? json::value(nullptr) : json::value(s.cfg.name)},
                  {"weight", s.cfg.weight},
                  {"state", out ? "ejected" : read(h.check_failing) ? "failing_checks" : "up"},
                  {"ejected_for_ms", out ? left_ns / 1'000'000 : 0},

@@ -38,10 +38,16 @@ using asio::ip::tcp;
 server::server(std::string path, std::shared_ptr<config::config> cfg) : path_(std::move(path)) {
   layout_.assign(*cfg);
   last_text_hash_ = cfg->hash;
-  rt_ = http::compiled_config::build(std::move(cfg));
+  // Names are resolved before the first request: the workers start with their addresses.
+  dns_.set(cfg->resolver, upstream::server_names(cfg->upstreams),
+           [this] { asio::post(reload_ioc_, [this] { names_resolved(); }); });
+  rt_ = http::compiled_config::build(std::move(cfg), nullptr, dns_.answers());
 }
 
-server::~server() { stop_reload_thread(); }
+server::~server() {
+  dns_.stop();
+  stop_reload_thread();
+}
 
 std::shared_ptr<const http::compiled_config> server::current() const {
   std::lock_guard lock(mu_);
@@ -236,6 +242,7 @@ int server::run() {
   hup.cancel();
   watch.close();
   // Before the admin goes: a reload it waits for answers it on its io_context.
+  dns_.stop();
   stop_reload_thread();
   checker_.stop();
   // Draining is not serving: the admin listener goes first (its thread joins, its
@@ -330,7 +337,17 @@ admin::reload_outcome server::reload(std::string_view why) {
   layout_.assign(*next);
   if (next->log.level != was->cfg->log.level) spdlog::set_level(spdlog::level::from_str(next->log.level));
   auto access = next->log == was->cfg->log ? access_ : obs::access_log::open(next->log);
-  auto rt = http::compiled_config::build(next, was.get());
+  dns_.set(next->resolver, upstream::server_names(next->upstreams), {});
+  publish(http::compiled_config::build(next, was.get(), dns_.answers()), access, why);
+  reloads_ok_.fetch_add(1, std::memory_order_relaxed);
+  out.ok = true;
+  out.hash = next->hash;
+  spdlog::info("reload ({}): {} loaded (hash {}), {} route(s)", why, path_, next->hash, next->routes.size());
+  return out;
+}
+
+void server::publish(std::shared_ptr<const http::compiled_config> rt, std::shared_ptr<obs::access_log> access,
+                     std::string_view why) {
   if (workers_running_) {
     // Every worker takes it before the answer: a request sent after it sees the new one.
     struct acks {
@@ -353,14 +370,25 @@ admin::reload_outcome server::reload(std::string_view why) {
   {
     std::lock_guard lock(mu_);
     rt_ = rt;
-    access_ = access;
+    access_ = std::move(access);
   }
   if (workers_running_) checker_.update(rt->servers);
-  reloads_ok_.fetch_add(1, std::memory_order_relaxed);
-  out.ok = true;
-  out.hash = next->hash;
-  spdlog::info("reload ({}): {} loaded (hash {}), {} route(s)", why, path_, next->hash, next->routes.size());
-  return out;
+}
+
+void server::names_resolved() {
+  std::lock_guard serial(reload_mu_);
+  const auto was = current();
+  std::shared_ptr<obs::access_log> access;
+  {
+    std::lock_guard lock(mu_);
+    access = access_;
+  }
+  auto rt = http::compiled_config::build(was->cfg, was.get(), dns_.answers());
+  std::size_t before = 0, after = 0;
+  for (const auto& u : was->upstreams) before += u.servers.size();
+  for (const auto& u : rt->upstreams) after += u.servers.size();
+  publish(std::move(rt), std::move(access), "names resolved");
+  spdlog::info("upstream servers changed with their names' addresses: {} server(s), {} before", after, before);
 }
 
 void server::file_changed() {

@@ -17,6 +17,7 @@
 #include "app/worker.hpp"
 #include "http/compiled_config.hpp"
 #include "obs/metrics.hpp"
+#include "upstream/dns.hpp"
 #include "upstream/health_checker.hpp"
 
 namespace fg::app {
@@ -70,6 +71,13 @@ class server final : public admin::status_source {
   // they are until a restart: logged, and kept in `next`.
   std::vector<std::string> keep_restart_only(config::config& next, const config::config& was) const;
   void start_workers(int listen_fd);
+  // Swaps `rt` in: every worker takes it (before this returns, or 5 s), then the admin
+  // and the health checks see it. Under reload_mu_.
+  void publish(std::shared_ptr<const http::compiled_config> rt, std::shared_ptr<obs::access_log> access,
+               std::string_view why);
+  // On the reload thread: a server name's addresses changed, so the configuration in
+  // effect is built again with them (its servers' health and pools kept by address).
+  void names_resolved();
   int drain(boost::asio::io_context& main_ioc, boost::asio::signal_set& signals);
 
   const std::string path_;
@@ -94,6 +102,9 @@ class server final : public admin::status_source {
   boost::asio::io_context reload_ioc_;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> reload_work_;
   std::thread reload_thread_;
+  // Keeps the upstream servers' names resolved (after reload_ioc_, which it posts to:
+  // stopped first).
+  upstream::dns_refresher dns_;
 };
 
 }  // namespace fg::app

@@ -63,7 +63,7 @@ worker::worker(unsigned id, std::shared_ptr<const http::compiled_config> rt, std
   ctx_.limits = &limits_->use;
   // With Redis, not usable until the first tick sees it connected.
   store_usable_.store(!limits_->redis, std::memory_order_relaxed);
-  pool_->configure(ctx_.rt->cfg->upstreams);
+  pool_->configure(ctx_.rt->upstreams);
 }
 
 std::unique_ptr<worker::limits_stack> worker::make_limits(const config::config& cfg) {
@@ -261,7 +261,7 @@ void worker::update(std::shared_ptr<const http::compiled_config> rt, std::shared
 
 void worker::apply(std::shared_ptr<const http::compiled_config> rt, std::shared_ptr<obs::access_log> access) {
   metrics_.reserve(*rt->cfg);  // before any request counts under the new snapshot
-  pool_->configure(rt->cfg->upstreams);
+  pool_->configure(rt->upstreams);
   // A denial remembered under the old numbers may not hold under the new ones.
   if (limits_->denies) limits_->denies->clear();
   ctx_.rt = std::move(rt);

@@ -17,6 +17,9 @@ inline constexpr std::size_t limits = 20'000;        // all routes together
 inline constexpr std::size_t upstreams = 1'000;
 inline constexpr std::size_t servers = 256;         // per upstream (each request may weigh them all)
 inline constexpr std::size_t servers_total = 10'000;  // all upstreams together (a metrics series each)
+// Addresses taken from one server name's answer (the lowest, sorted); the upstream's
+// servers, once its names are expanded, are still at most `servers`.
+inline constexpr std::size_t addresses_per_name = 64;
 inline constexpr std::size_t list_items = 10'000;    // any other list (trusted_proxies, methods, ...)
 inline constexpr std::size_t errors = 100;           // reported; then one line says there are more
 

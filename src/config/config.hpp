@@ -114,6 +114,9 @@ enum class balance { round_robin, least_conn, hash };
 struct upstream_server {
   endpoint address;
   unsigned weight = 1;
+  // Set when the configured address was a name: that name and port ("api.internal:9000"),
+  // of which `address` is one resolved address.
+  std::string name;
   bool operator==(const upstream_server&) const = default;
 };
 
@@ -152,6 +155,17 @@ struct health_check_config {
   unsigned fall = 3;
   std::vector<unsigned> statuses;
   bool operator==(const health_check_config&) const = default;
+};
+
+// How the names of upstream servers are resolved, each of a name's addresses a server
+// of its own: asked again every `refresh` on a thread of the gateway's own (never on a
+// request's path), and a name that fails keeps its last good addresses.
+struct resolver_config {
+  std::vector<endpoint> servers;  // name servers (IP:port); empty: /etc/resolv.conf's, after /etc/hosts
+  duration timeout{2'000};        // one try of one name server
+  unsigned tries = 2;
+  duration refresh{30'000};
+  bool operator==(const resolver_config&) const = default;
 };
 
 struct upstream_config {
@@ -243,6 +257,7 @@ struct config {
   redis_config redis;
   client_ip_config client_ip;
   http_config http;
+  resolver_config resolver;
   std::vector<upstream_config> upstreams;
   std::vector<route_config> routes;
 };

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include <boost/asio/ip/address.hpp>
+
 #include "config/caps.hpp"
 #include "config/duration.hpp"
 #include "config/loader_parts.hpp"
@@ -51,6 +53,7 @@ class loader {
     if (auto n = top.get("redis"); present(n)) redis(n, c.redis);
     if (auto n = top.get("client_ip"); present(n)) client_ip(n, c.client_ip);
     if (auto n = top.get("http"); present(n)) http(n, c.http);
+    if (auto n = top.get("resolver"); present(n)) resolver(n, c.resolver);
     auto ups = top.get("upstreams");
     if (present(ups)) upstreams(ups, c);
     else r_.error(root, "missing required key 'upstreams'");
@@ -204,6 +207,32 @@ class loader {
     if (auto n = o.get("idle_timeout"); present(n)) set(h.idle_timeout, positive_duration(n));
     if (auto n = o.get("drain_timeout"); present(n)) set(h.drain_timeout, positive_duration(n));
     if (auto n = o.get("max_connections"); present(n)) set(h.max_connections, r_.unsigned_int(n, 0, 10'000'000));
+  }
+
+  void resolver(const YAML::Node& node, resolver_config& rc) {
+    yaml_reader::object o(r_, node, "resolver");
+    if (auto n = o.get("servers"); present(n)) {
+      for (const auto& item : r_.list(n, true)) {
+        auto e = r_.parsed<endpoint>(item, parse_endpoint, "name server (want ip:port, e.g. 127.0.0.11:53)");
+        boost::system::error_code ec;
+        if (e) boost::asio::ip::make_address(e->host, ec);
+        if (e && ec) r_.error(item, "name server '" + e->host + "' is not an IP address");
+        else if (e) rc.servers.push_back(*e);
+      }
+    }
+    auto bounded = [&](const YAML::Node& n, duration lo, duration hi, const char* what) -> std::optional<duration> {
+      auto d = positive_duration(n);
+      if (d && (*d < lo || *d > hi)) {
+        r_.error(n, std::string("resolver.") + what + " must be from " + std::to_string(lo.count()) + "ms to " +
+                        std::to_string(hi.count() / 1000) + "s");
+        return std::nullopt;
+      }
+      return d;
+    };
+    if (auto n = o.get("timeout"); present(n)) set(rc.timeout, bounded(n, duration{100}, duration{30'000}, "timeout"));
+    if (auto n = o.get("tries"); present(n)) set(rc.tries, r_.unsigned_int(n, 1, 10));
+    if (auto n = o.get("refresh"); present(n))
+      set(rc.refresh, bounded(n, duration{1'000}, duration{86'400'000}, "refresh"));
   }
 
   void upstreams(const YAML::Node& node, config& c) { detail::load_upstreams(r_, node, c); }

@@ -6,7 +6,8 @@
 
 namespace fg::http {
 
-std::shared_ptr<const compiled_config> compiled_config::build(config::snapshot cfg, const compiled_config* previous) {
+std::shared_ptr<const compiled_config> compiled_config::build(config::snapshot cfg, const compiled_config* previous,
+                                                              const upstream::dns_answers& answers) {
   auto rt = std::make_shared<compiled_config>();
   for (const auto& r : cfg->routes) {
     const bool prefix = r.match.path.empty();
@@ -42,7 +43,8 @@ std::shared_ptr<const compiled_config> compiled_config::build(config::snapshot c
     // With several servers, the first's: a request without Host is HTTP/1.0's, and rare.
     rt->upstream_hosts.push_back(u.servers.empty() ? std::string() : u.servers.front().address.str());
   }
-  rt->servers = upstream::server_set::build(cfg->upstreams, previous ? previous->servers.get() : nullptr);
+  rt->upstreams = upstream::expand(cfg->upstreams, answers);
+  rt->servers = upstream::server_set::build(rt->upstreams, previous ? previous->servers.get() : nullptr);
   rt->cfg = std::move(cfg);
   return rt;
 }

@@ -6,6 +6,7 @@
 #include "config/config.hpp"
 #include "net/client_ip.hpp"
 #include "routing/route_table.hpp"
+#include "upstream/dns.hpp"
 #include "upstream/servers.hpp"
 
 namespace fg::http {
@@ -27,11 +28,16 @@ struct compiled_config {
   // Per upstream (by index): the Host given to a request that has none.
   std::vector<std::string> upstream_hosts;
 
+  // cfg->upstreams as the requests see them: each server given by name replaced by a
+  // server per address the name resolved to (upstream::expand), by index as cfg's.
+  std::vector<config::upstream_config> upstreams;
   // Every upstream's servers and their health, shared by the workers (kept from
   // `previous` for the servers a reload keeps).
   std::shared_ptr<const upstream::server_set> servers;
 
-  static std::shared_ptr<const compiled_config> build(config::snapshot cfg, const compiled_config* previous = nullptr);
+  // `answers`: the addresses of the servers' names (none: a named server has none).
+  static std::shared_ptr<const compiled_config> build(config::snapshot cfg, const compiled_config* previous = nullptr,
+                                                      const upstream::dns_answers& answers = {});
 };
 
 }  // namespace fg::http

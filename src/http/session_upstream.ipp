@@ -263,7 +263,7 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
   const auto& req = parser_->get();
   const auto& cfg = *rt_->cfg;
   const auto& route = cfg.routes[static_cast<std::size_t>(ad_.route)];
-  const auto& up_cfg = cfg.upstreams[route.upstream_index];
+  const auto& up_cfg = rt_->upstreams[route.upstream_index];
   const bool upgrade = ad_.has_upgrade && !ad_.has_body() && is_upgrade_request(req.base());
   build_request_head(route, upgrade);
   std::size_t piece = 0;

@@ -18,8 +18,14 @@ void choice::begin(pool& p, const config::upstream_config& cfg, const upstream_s
   hold(i.value_or(0));
 }
 
+const std::string& choice::address() const {
+  static const std::string none_yet = "no server: its names have not resolved";
+  return none() ? none_yet : servers_->servers[server_].address;
+}
+
 void choice::hold(std::size_t i) {
   server_ = i;
+  if (none()) return;
   auto& h = *servers_->servers[i].health;
   h.active.fetch_add(1, std::memory_order_relaxed);
   h.requests.fetch_add(1, std::memory_order_relaxed);
@@ -35,7 +41,7 @@ void choice::end() {
 void choice::failed(failure_kind why, steady::time_point now) {
   // One failure a request at most: a request that makes servers fail (one that an
   // upstream resets on) counts once, however many it is retried on.
-  if (counted_) return;
+  if (counted_ || none()) return;
   counted_ = true;
   note_failure(*servers_, server_, why, 0, now);
 }
@@ -44,6 +50,7 @@ void choice::answered(unsigned status, steady::time_point now) {
   // The retry is over: its place in the budget is not held for the response's life.
   if (retrying_) servers_->retrying->fetch_sub(1, std::memory_order_relaxed);
   retrying_ = false;
+  if (none()) return;
   if (ejecting_status(*servers_, status)) {
     if (!counted_) note_failure(*servers_, server_, failure_kind::status, status, now);
   } else {

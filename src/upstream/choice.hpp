@@ -28,7 +28,10 @@ class choice {
   void end();
 
   std::size_t server() const { return server_; }
-  const std::string& address() const { return servers_->servers[server_].address; }
+  // Whether the upstream has no server at all (every server given by a name that has
+  // not resolved yet): connecting to server() then fails, as to no address.
+  bool none() const { return servers_->servers.empty(); }
+  const std::string& address() const;
 
   // A try that failed on this server with nothing the client saw: counted against it
   // (the first failure of a request only).

@@ -58,19 +58,20 @@ failure_kind failure_of(const boost::system::error_code& ec, failure_kind otherw
 }
 
 // One check: a new connection, one GET with Connection: close, the answer's head; the
-// whole of it within h.timeout (the name's resolution aside).
+// whole of it within h.timeout. The Host is health.host, else the name the server's
+// address came from, else the address.
 asio::awaitable<check_result> check_once(const upstream_servers& u, const server& s) {
   const auto& h = u.health;
   auto ex = co_await asio::this_coro::executor;
-  tcp::resolver resolver(ex);
-  auto [rec, results] = co_await resolver.async_resolve(s.cfg.address.host, std::to_string(s.cfg.address.port),
-                                                        tcp::resolver::numeric_service, use_tuple);
-  if (rec || results.empty()) co_return check_result{failure_kind::connect};
+  boost::system::error_code aec;
+  const tcp::endpoint ep(asio::ip::make_address(s.cfg.address.host, aec), s.cfg.address.port);
+  if (aec) co_return check_result{failure_kind::connect};  // (servers are addresses: see upstream::expand)
   beast::tcp_stream stream(ex);
   stream.expires_after(h.timeout);
-  auto [cec, ep] = co_await stream.async_connect(results, use_tuple);
+  auto [cec] = co_await stream.async_connect(ep, use_tuple);
   if (cec) co_return check_result{failure_of(cec, failure_kind::connect)};
-  const std::string request = "GET " + h.path + " HTTP/1.1\r\nHost: " + (h.host.empty() ? s.address : h.host) +
+  const auto& host = !h.host.empty() ? h.host : !s.cfg.name.empty() ? s.cfg.name : s.address;
+  const std::string request = "GET " + h.path + " HTTP/1.1\r\nHost: " + host +
                               "\r\nUser-Agent: floodgate-health-check\r\nConnection: close\r\n\r\n";
   auto [wec, wn] = co_await asio::async_write(stream, asio::buffer(request), use_tuple);
   if (wec) co_return check_result{failure_of(wec, failure_kind::reset)};

@@ -1,7 +1,6 @@
 #include "upstream/pool.hpp"
 
 #include <boost/asio/as_tuple.hpp>
-#include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <spdlog/spdlog.h>
@@ -113,47 +112,31 @@ connection_ptr pool::take_idle(const config::upstream_config& upstream, deadline
 asio::awaitable<connection_ptr> pool::connect(const config::upstream_config& want, deadline::entry& watch,
                                               boost::system::error_code& ec, std::size_t server) {
   // The pool's slot for this server, if it is still the one the request was routed
-  // to: a reload may have removed it meanwhile, and a request that started before the
-  // reload still goes where its configuration says (unpooled).
-  const std::string name = want.name;  // the caller's config may not outlive a reload
-  const auto cfg = want;
-  const auto address = cfg.servers.at(server).address;
-  auto* s = find(name, cfg, server);
-  auto now = std::chrono::steady_clock::now();
-  watch.arm(cfg.connect_timeout);
-  std::vector<tcp::endpoint> eps;
-  if (s && !s->endpoints.empty() && now - s->resolved_at <= std::chrono::seconds(30)) {
-    eps = s->endpoints;
-  } else {
-    tcp::resolver resolver(ex_);
-    auto port = std::to_string(address.port);
-    auto [rec, results] = co_await resolver.async_resolve(address.host, port, tcp::resolver::numeric_service, use_tuple);
-    if (rec) {
-      ec = rec;
-      co_return nullptr;
-    }
-    for (const auto& r : results) eps.push_back(r.endpoint());
-    // The slot may have gone (or changed) with a reload during the resolve.
-    if (s = find(name, cfg, server); s) {
-      s->endpoints = eps;
-      s->resolved_at = now;
-    }
-  }
-  if (eps.empty()) {
-    ec = asio::error::not_found;
+  // to: a request of a configuration a reload replaced still goes where that says, on a
+  // connection never pooled. (Nothing of `want` is read after the connect's await: it
+  // may not outlive a reload.)
+  if (server >= want.servers.size()) {  // no server (its names have not resolved yet)
+    ec = asio::error::host_not_found;
     co_return nullptr;
   }
+  // Servers are addresses: names were resolved before the configuration was (expand).
+  boost::system::error_code aec;
+  const auto& address = want.servers[server].address;
+  const tcp::endpoint ep(asio::ip::make_address(address.host, aec), address.port);
+  if (aec) {
+    ec = asio::error::host_not_found;
+    co_return nullptr;
+  }
+  auto* s = find(want.name, want, server);
+  watch.arm(want.connect_timeout);
   auto c = std::make_unique<connection>(ex_);
-  s = find(name, cfg, server);
   c->address_id = s ? s->address_id : 0;  // 0: never taken back into the pool
   c->server = server;
   watch.upstream = &c->socket;
-  auto [cec, ep] = co_await asio::async_connect(c->socket, eps, use_tuple);
+  auto [cec] = co_await c->socket.async_connect(ep, use_tuple);
   if (cec) {
     watch.upstream = nullptr;
     ec = watch.expired ? boost::system::error_code(asio::error::timed_out) : cec;
-    // Resolve again next time: the address may have moved.
-    if (s = find(name, cfg, server); s) s->resolved_at = {};
     co_return nullptr;
   }
   c->socket.set_option(tcp::no_delay(true), cec);

@@ -69,8 +69,6 @@ class pool {
   struct server_slot {
     config::endpoint address;
     std::vector<connection_ptr> idle;
-    std::vector<boost::asio::ip::tcp::endpoint> endpoints;
-    std::chrono::steady_clock::time_point resolved_at{};
     // New whenever a server comes (or comes back) into the upstream: a connection made
     // to an older one is not taken back (a request of an older config snapshot may
     // still hold one).

@@ -35,6 +35,7 @@ SECTIONS = {
     ("loader.cpp", "redis", "o"): "redis.",
     ("loader.cpp", "client_ip", "o"): "client_ip.",
     ("loader.cpp", "http", "o"): "http.",
+    ("loader.cpp", "resolver", "o"): "resolver.",
     ("upstream_loader.cpp", "fill", "o"): "upstreams.<name>.",
     ("upstream_loader.cpp", "server", "so"): "upstreams.<name>.servers[].",
     ("upstream_loader.cpp", "eject", "o"): "upstreams.<name>.eject.",

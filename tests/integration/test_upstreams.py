@@ -33,13 +33,13 @@ class Origin(Upstream):
     back where the gateway expects it. Its /__stats are read over one kept-alive control
     connection (hundreds of reads a test)."""
 
-    def __init__(self, port=None):
-        args = [sys.executable, str(HERE / "upstream.py")] + ([str(port)] if port else [])
+    def __init__(self, port=None, host="127.0.0.1"):
+        args = [sys.executable, str(HERE / "upstream.py"), str(port or 0), host]
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline().split()
         assert line and line[0] == "PORT", (port, line)
         self.port, self.control = int(line[1]), int(line[2])
-        self.address = f"127.0.0.1:{self.port}"
+        self.address = f"{host}:{self.port}"
         self._ctl = None
 
     def stats(self):
@@ -93,8 +93,8 @@ def origins():
             made.extend(out)
             return out
 
-        def start(self, port=None):
-            o = Origin(port)
+        def start(self, port=None, host="127.0.0.1"):
+            o = Origin(port, host)
             made.append(o)
             return o
 
@@ -599,6 +599,84 @@ def test_active_health_checks_take_a_failing_server_out_and_bring_it_back(gatewa
         assert one_get(g).status == 200
     after = counts(servers)
     assert after[0] - before[0] >= 3, (before, after)
+
+
+# --- servers given by name (resolver) -----------------------------------------------
+
+@pytest.fixture
+def dns():
+    from dns_server import DNSServer
+    d = DNSServer()
+    yield d
+    d.close()
+
+
+def same_port_origins(origins):
+    """Two origins on one port, at 127.0.0.1 and 127.0.0.2: the two addresses of a name."""
+    for _ in range(5):
+        a = origins.start()
+        try:
+            return a, origins.start(a.port, "127.0.0.2")
+        except AssertionError:  # that port was taken on 127.0.0.2: another one
+            a.stop()
+    raise RuntimeError("no port free on both 127.0.0.1 and 127.0.0.2")
+
+
+def addresses(upstream):
+    return sorted(s["address"] for s in upstream["servers"])
+
+
+def test_a_name_is_a_server_per_address_re_resolved_and_kept_through_failures(gateway_factory, origins, dns):
+    a, b = servers = same_port_origins(origins)
+    port = a.port
+    dns.set("api.fg.test", ["127.0.0.1", "127.0.0.2"])
+    section = (upstream_section([f"api.fg.test:{port}"], eject="{ failures: 0 }")
+               + upstream_section([f"late.fg.test:{port}"], name="late"))
+    routes = ("  - name: late\n    match: { path_prefix: /late }\n    upstream: late\n"
+              "  - name: all\n    match: { path_prefix: / }\n    upstream: api\n")
+    resolver = f'resolver:\n  servers: ["{dns.address}"]\n  timeout: 300ms\n  tries: 1\n  refresh: 1s\n'
+    g = with_admin(lambda extra: gateway_factory(upstreams=section, routes=routes, extra=extra + resolver),
+                   more=f'  token: "{TOKEN}"\n')
+    # Resolved before the first request: both addresses are servers, named after the name.
+    v = view(g)
+    assert addresses(v["api"]) == sorted([a.address, b.address]), v
+    assert {s["name"] for s in v["api"]["servers"]} == {f"api.fg.test:{port}"}, v
+    before = counts(servers)
+    for _ in range(20):
+        assert one_get(g).status == 200
+    after = counts(servers)
+    assert after[0] - before[0] >= 5 and after[1] - before[1] >= 5, (before, after)
+
+    # A name that does not resolve gives no server: 502 at once, logged; once it
+    # resolves (asked again after 1 s, 2 s, ...), its upstream serves.
+    assert v["late"]["servers"] == [], v
+    r = one_get(g, "/late")
+    assert r.status == 502, r.status
+    assert "late.fg.test: cannot resolve" in g.log_text()
+    dns.set("late.fg.test", ["127.0.0.1"])
+    wait_for("late resolved", lambda: addresses(view(g)["late"]) == [a.address], 30)
+    assert one_get(g, "/late").status == 200
+
+    # The name's addresses change: the servers follow, at the next refresh.
+    dns.set("api.fg.test", ["127.0.0.2"])
+    wait_for("one address left", lambda: addresses(view(g)["api"]) == [b.address], 20)
+    before = counts(servers)
+    for _ in range(10):
+        assert one_get(g).status == 200
+    after = counts(servers)
+    assert after[0] == before[0] and after[1] - before[1] == 10, (before, after)
+
+    # The name server fails: the last good address stays, said in the log.
+    dns.fail(True)
+    asked = dns.asked("api.fg.test")
+    wait_for("two failed refreshes", lambda: dns.asked("api.fg.test") >= asked + 2, 20)
+    wait_for("the failure logged", lambda: "keeping its last 1 address(es) (127.0.0.2)" in g.log_text(), 20)
+    assert addresses(view(g)["api"]) == [b.address]
+    for _ in range(5):
+        assert one_get(g).status == 200
+    dns.fail(False)
+    dns.set("api.fg.test", ["127.0.0.1", "127.0.0.2"])
+    wait_for("both again", lambda: addresses(view(g)["api"]) == sorted([a.address, b.address]), 30)
 
 
 # --- config errors -------------------------------------------------------------------

@@ -266,9 +266,10 @@ def serve(sock, number, control=False):
 
 def main():
     port = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+    host = sys.argv[2] if len(sys.argv) > 2 else "127.0.0.1"  # another loopback address (127.0.0.2)
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind(("127.0.0.1", port))
+    srv.bind((host, port))
     srv.listen(512)
     ctl = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     ctl.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

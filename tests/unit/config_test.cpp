@@ -96,6 +96,11 @@ TEST_CASE("bad configurations report the first problem with line, column and mes
        "expected an integer from 0 to 10000000, got '-5'"},
       {"memory.max_keys too small", "memory:\n  max_keys: 10\n" + kRoutes, 2, 13,
        "expected an integer from 1024 to 100000000, got '10'"},
+      {"resolver server by name", "resolver:\n  servers: [\"dns.local:53\"]\n" + kRoutes, 2, 13,
+       "name server 'dns.local' is not an IP address"},
+      {"resolver refresh too short", "resolver:\n  refresh: 100ms\n" + kRoutes, 2, 12,
+       "resolver.refresh must be from 1000ms to 86400s"},
+      {"resolver tries zero", "resolver:\n  tries: 0\n" + kRoutes, 2, 10, "expected an integer from 1 to 10, got '0'"},
       // --- endpoints
       {"listen without host", "listen: 8080\n" + kRoutes, 1, 9, "invalid listen address '8080' (want host:port)"},
       {"admin listen without port", "admin:\n  listen: \"localhost\"\n" + kRoutes, 2, 11,
