@@ -15,7 +15,7 @@ runtime_pkgs=(libboost-program-options1.81.0 libboost-url1.81.0 libboost-json1.8
 # redis-sentinel for the Sentinel fixture (tests/integration/conftest.py, RedisSentinel).
 # clang-16, libfuzzer-16-dev and libclang-rt-16-dev: the fuzz targets (tests/fuzz, scripts/fuzz.sh).
 # wrk: the rate floods of tests/integration/test_accuracy.py (and the benchmarks).
-test_pkgs=(redis-server redis-sentinel python3 python3-pytest python3-yaml faketime buildah debootstrap iproute2 wrk
+test_pkgs=(redis-server redis-sentinel python3 python3-pytest python3-yaml openssl faketime buildah debootstrap iproute2 wrk
            clang-16 libfuzzer-16-dev libclang-rt-16-dev)
 bench_pkgs=(nginx-light util-linux procps)
 

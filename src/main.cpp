@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "admin/health_check_client.hpp"
+#include "http/tls.hpp"
 #include "app/server.hpp"
 #include "config/loader.hpp"
 #include "fg_version.hpp"
@@ -51,6 +52,14 @@ int main(int argc, char** argv) {
     for (const auto& e : loaded.errors) std::cerr << e.str() << "\n";
     std::cerr << "floodgate: " << loaded.errors.size() << " error(s) in " << path << "\n";
     return 1;
+  }
+  if (loaded.cfg->tls.listen) {
+    // The certificates and keys are read as a start would read them.
+    std::string error;
+    if (!fg::http::tls_server::build(loaded.cfg->tls, error)) {
+      std::cerr << error << "\nfloodgate: 1 error(s) in " << path << "\n";
+      return 1;
+    }
   }
   if (vm.count("check")) {
     std::cout << path << ": OK\n";

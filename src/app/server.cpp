@@ -41,7 +41,13 @@ server::server(std::string path, std::shared_ptr<config::config> cfg) : path_(st
   // Names are resolved before the first request: the workers start with their addresses.
   dns_.set(cfg->resolver, upstream::server_names(cfg->upstreams),
            [this] { asio::post(reload_ioc_, [this] { names_resolved(); }); });
-  rt_ = http::compiled_config::build(std::move(cfg), nullptr, dns_.answers());
+  std::shared_ptr<const http::tls_server> tls;
+  if (cfg->tls.listen) {
+    std::string error;
+    tls = http::tls_server::build(cfg->tls, error);
+    if (!tls) throw std::runtime_error(error);
+  }
+  rt_ = http::compiled_config::build(std::move(cfg), nullptr, dns_.answers(), std::move(tls));
 }
 
 server::~server() {
@@ -103,7 +109,7 @@ std::size_t max_connections(const config::config& cfg, unsigned workers) {
   return fds > reserve + 2 ? (fds - reserve) / 2 : 1;
 }
 
-void server::start_workers(int listen_fd) {
+void server::start_workers(int listen_fd, int tls_fd) {
   const auto& cfg = *rt_->cfg;
   unsigned n = cfg.workers ? cfg.workers : std::max(1u, std::thread::hardware_concurrency());
   access_ = obs::access_log::open(cfg.log);
@@ -111,7 +117,7 @@ void server::start_workers(int listen_fd) {
   connections_.max = max_connections(cfg, n);
   for (unsigned i = 0; i < n; ++i)
     workers_.push_back(std::make_unique<worker>(i, rt_, access_, memory_.get(), &connections_));
-  for (auto& w : workers_) w->start(listen_fd);
+  for (auto& w : workers_) w->start(listen_fd, tls_fd);
   workers_running_ = true;
 }
 
@@ -153,6 +159,16 @@ void server::open_when_ready(asio::io_context& main_ioc, tcp::acceptor& listener
       opened(false);
       return;
     }
+    if (tls_listener_) {
+      tls_listener_->listen(asio::socket_base::max_listen_connections, ec);
+      if (ec) {
+        spdlog::error("cannot listen on tls.listen {}: {}", cfg.tls.listen->str(), ec.message());
+        opened(false);
+        return;
+      }
+      spdlog::info("floodgate listening for TLS on {} ({} certificate(s))", cfg.tls.listen->str(),
+                   cfg.tls.certificates.size());
+    }
     for (auto& w : workers_) w->accept();
     serving_ = true;
     spdlog::info("floodgate listening on {} with {} worker(s), {} route(s), at most {} connections", cfg.listen.str(),
@@ -188,6 +204,12 @@ int server::run() {
   asio::io_context main_ioc;
   tcp::acceptor listener(main_ioc);
   if (!bind_listener(listener, cfg.listen)) return 1;
+  std::optional<tcp::acceptor> tls_listener;
+  if (cfg.tls.listen) {
+    tls_listener.emplace(main_ioc);
+    if (!bind_listener(*tls_listener, *cfg.tls.listen)) return 1;
+    tls_listener_ = &*tls_listener;
+  }
   // The admin listener (admin.listen) on a thread of its own, bound before any worker runs.
   std::optional<admin::listener> admin_listener;
   if (cfg.admin.listen) {
@@ -199,7 +221,7 @@ int server::run() {
   }
   started_at_ = std::chrono::steady_clock::now();
   start_reload_thread();
-  start_workers(listener.native_handle());
+  start_workers(listener.native_handle(), tls_listener ? tls_listener->native_handle() : -1);
   checker_.update(rt_->servers);
   if (admin_listener) {
     // /limits reads the store on the admin's own thread and connection.
@@ -239,6 +261,8 @@ int server::run() {
   if (exit_code) signal_number = 0;
   else spdlog::info("signal {}: draining (up to {}ms)", signal_number, current_config()->http.drain_timeout.count());
   listener.close();
+  if (tls_listener) tls_listener->close();
+  tls_listener_ = nullptr;
   hup.cancel();
   watch.close();
   // Before the admin goes: a reload it waits for answers it on its io_context.
@@ -296,6 +320,7 @@ std::vector<std::string> server::keep_restart_only(config::config& next, const c
   keep(next.admin.listen, was.admin.listen, "admin.listen");
   keep(next.memory.max_keys, was.memory.max_keys, "memory.max_keys");
   keep(next.http.max_connections, was.http.max_connections, "http.max_connections");
+  keep(next.tls.listen, was.tls.listen, "tls.listen");
   return kept;
 }
 
@@ -331,6 +356,21 @@ admin::reload_outcome server::reload(std::string_view why) {
   last_text_hash_ = next->hash;
   const auto was = current();
   out.restart_needed = keep_restart_only(*next, *was->cfg);
+  // The certificates are read again at every reload (a renewed one comes in with it);
+  // one that cannot be used fails the reload as a bad file would.
+  std::shared_ptr<const http::tls_server> tls;
+  if (next->tls.listen) {
+    std::string error;
+    tls = http::tls_server::build(next->tls, error);
+    if (!tls) {
+      out.errors.push_back(error);
+      out.restart_needed.clear();
+      spdlog::error("reload ({}): {}", why, error);
+      spdlog::error("reload ({}): the configuration in effect is unchanged", why);
+      reloads_failed_.fetch_add(1, std::memory_order_relaxed);
+      return out;
+    }
+  }
   warn_changed_algorithms(*next, *was->cfg, why);
   for (const auto& k : out.restart_needed)
     spdlog::warn("reload ({}): {} changed: it takes effect at the next restart (the old value stays)", why, k);
@@ -338,7 +378,7 @@ admin::reload_outcome server::reload(std::string_view why) {
   if (next->log.level != was->cfg->log.level) spdlog::set_level(spdlog::level::from_str(next->log.level));
   auto access = next->log == was->cfg->log ? access_ : obs::access_log::open(next->log);
   dns_.set(next->resolver, upstream::server_names(next->upstreams), {});
-  publish(http::compiled_config::build(next, was.get(), dns_.answers()), access, why);
+  publish(http::compiled_config::build(next, was.get(), dns_.answers(), std::move(tls)), access, why);
   reloads_ok_.fetch_add(1, std::memory_order_relaxed);
   out.ok = true;
   out.hash = next->hash;
@@ -383,7 +423,7 @@ void server::names_resolved() {
     std::lock_guard lock(mu_);
     access = access_;
   }
-  auto rt = http::compiled_config::build(was->cfg, was.get(), dns_.answers());
+  auto rt = http::compiled_config::build(was->cfg, was.get(), dns_.answers(), was->tls);
   std::size_t before = 0, after = 0;
   for (const auto& u : was->upstreams) before += u.servers.size();
   for (const auto& u : rt->upstreams) after += u.servers.size();

@@ -70,7 +70,7 @@ class server final : public admin::status_source {
   // listen, workers, admin.listen, memory.max_keys and http.max_connections stay as
   // they are until a restart: logged, and kept in `next`.
   std::vector<std::string> keep_restart_only(config::config& next, const config::config& was) const;
-  void start_workers(int listen_fd);
+  void start_workers(int listen_fd, int tls_fd);
   // Swaps `rt` in: every worker takes it (before this returns, or 5 s), then the admin
   // and the health checks see it. Under reload_mu_.
   void publish(std::shared_ptr<const http::compiled_config> rt, std::shared_ptr<obs::access_log> access,
@@ -94,6 +94,8 @@ class server final : public admin::status_source {
   // Active health checks, from run() to the drain; told of each reload's servers.
   upstream::health_checker checker_;
   std::atomic<bool> workers_running_{false};
+  // The TLS listener (tls.listen) while run() has one: opened with the proxy port.
+  boost::asio::ip::tcp::acceptor* tls_listener_ = nullptr;
   // The proxy port listens (startup is over).
   std::atomic<bool> serving_{false};
   // run()'s loop has ended (a signal, or a failed start): the start-up wait gives up.

@@ -110,6 +110,7 @@ worker::~worker() {
   join();
   // Sockets first, then the io_context (which destroys suspended sessions), then the rest.
   acceptor_.reset();
+  tls_acceptor_.reset();
   pool_->close_idle();
   for (auto* l : {limits_.get(), pending_.get()})
     if (l) l->shut();
@@ -117,18 +118,24 @@ worker::~worker() {
   ioc_.reset();
 }
 
-void worker::start(int listen_fd) {
+namespace {
+
+// A worker's own copy of a listening socket (its protocol family read from the socket).
+std::unique_ptr<tcp::acceptor> acceptor_on(asio::io_context& ioc, int listen_fd) {
   int fd = ::dup(listen_fd);
   if (fd < 0) throw std::system_error(errno, std::generic_category(), "dup");
-  auto ep = tcp::endpoint();
-  {
-    // Learn the protocol family from the socket itself.
-    sockaddr_storage ss{};
-    socklen_t len = sizeof ss;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
-    ep = ss.ss_family == AF_INET6 ? tcp::endpoint(tcp::v6(), 0) : tcp::endpoint(tcp::v4(), 0);
-  }
-  acceptor_ = std::make_unique<tcp::acceptor>(*ioc_, ep.protocol(), fd);
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
+  const auto protocol = ss.ss_family == AF_INET6 ? tcp::v6() : tcp::v4();
+  return std::make_unique<tcp::acceptor>(ioc, protocol, fd);
+}
+
+}  // namespace
+
+void worker::start(int listen_fd, int tls_fd) {
+  acceptor_ = acceptor_on(*ioc_, listen_fd);
+  if (tls_fd >= 0) tls_acceptor_ = acceptor_on(*ioc_, tls_fd);
   asio::co_spawn(*ioc_, sweep_deadlines(), obs::logged_end{"deadline sweeper ended"});
   if (limits_->redis) asio::post(*ioc_, [r = limits_->redis] { r.start(); });
   thread_ = std::thread([this] {
@@ -139,15 +146,18 @@ void worker::start(int listen_fd) {
 
 void worker::accept() {
   asio::post(*ioc_, [this] {
-    if (!ctx_.draining) asio::co_spawn(*ioc_, accept_loop(), obs::logged_end{"accept loop ended"});
+    if (ctx_.draining) return;
+    asio::co_spawn(*ioc_, accept_loop(*acceptor_, false), obs::logged_end{"accept loop ended"});
+    if (tls_acceptor_)
+      asio::co_spawn(*ioc_, accept_loop(*tls_acceptor_, true), obs::logged_end{"TLS accept loop ended"});
   });
 }
 
-asio::awaitable<void> worker::accept_loop() {
+asio::awaitable<void> worker::accept_loop(tcp::acceptor& from, bool tls) {
   for (;;) {
-    auto [ec, socket] = co_await acceptor_->async_accept(asio::as_tuple(asio::use_awaitable));
+    auto [ec, socket] = co_await from.async_accept(asio::as_tuple(asio::use_awaitable));
     if (ec) {
-      if (ec == asio::error::operation_aborted || !acceptor_->is_open()) co_return;
+      if (ec == asio::error::operation_aborted || !from.is_open()) co_return;
       // Out of descriptors or similar: back off instead of spinning.
       spdlog::warn("worker {}: accept failed: {}", ctx_.id, ec.message());
       asio::steady_timer t(*ioc_, std::chrono::milliseconds(100));
@@ -155,19 +165,21 @@ asio::awaitable<void> worker::accept_loop() {
       continue;
     }
     if (ctx_.draining) continue;
-    if (!admit(socket)) continue;
-    http::start_session(ctx_, std::move(socket));
+    if (!admit(socket, tls)) continue;
+    if (tls) http::start_tls_session(ctx_, std::move(socket));
+    else http::start_session(ctx_, std::move(socket));
   }
 }
 
-bool worker::admit(tcp::socket& socket) {
+bool worker::admit(tcp::socket& socket, bool tls) {
   auto* limit = ctx_.connections;
   if (!limit || limit->open.fetch_add(1, std::memory_order_relaxed) < limit->max) return true;
   limit->open.fetch_sub(1, std::memory_order_relaxed);
-  // Past the cap: a short 503 if the socket takes it at once, then close.
+  // Past the cap: a short 503 if the socket takes it at once (not in plain text to a
+  // TLS client), then close.
   static constexpr std::string_view busy =
       "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\nRetry-After: 1\r\n\r\n";
-  (void)::send(socket.native_handle(), busy.data(), busy.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  if (!tls) (void)::send(socket.native_handle(), busy.data(), busy.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
   boost::system::error_code ignored;
   socket.close(ignored);
   auto now = std::chrono::duration_cast<std::chrono::milliseconds>(deadline::coarse_now.time_since_epoch()).count();
@@ -213,6 +225,7 @@ void worker::drain() {
     ctx_.draining = true;
     boost::system::error_code ec;
     if (acceptor_) acceptor_->close(ec);
+    if (tls_acceptor_) tls_acceptor_->close(ec);
     pool_->close_idle();
     ctx_.deadlines.cancel_idle();
   });

@@ -46,9 +46,10 @@ class worker {
          store::memory_store* memory, http::connection_limit* connections);
   ~worker();
 
-  // `listen_fd` (bound, perhaps not listening yet) is duplicated; the worker's thread
-  // starts, and its store connects. Nothing is accepted before accept().
-  void start(int listen_fd);
+  // `listen_fd` (bound, perhaps not listening yet) is duplicated, and `tls_fd` (the TLS
+  // listener's, -1: none); the worker's thread starts, and its store connects. Nothing
+  // is accepted before accept().
+  void start(int listen_fd, int tls_fd = -1);
   // Thread-safe. Starts accepting on the listening socket (once it listens).
   void accept();
   // Thread-safe. Stop accepting, close idle connections, let in-flight requests finish.
@@ -101,10 +102,10 @@ class worker {
   void apply(std::shared_ptr<const http::compiled_config> rt, std::shared_ptr<obs::access_log> access);
   // The sweeper's part of a reload: a pending stack swapped in, unused ones destroyed.
   void tend_limits(std::int64_t now_ms);
-  boost::asio::awaitable<void> accept_loop();
+  boost::asio::awaitable<void> accept_loop(boost::asio::ip::tcp::acceptor& from, bool tls);
   boost::asio::awaitable<void> sweep_deadlines();
   // Counts a new connection against http.max_connections; past it, answers 503 and closes.
-  bool admit(boost::asio::ip::tcp::socket& socket);
+  bool admit(boost::asio::ip::tcp::socket& socket, bool tls);
 
   // Sessions unregister from ctx_ when the io_context destroys their frames, so ctx_
   // is declared first and the io_context is torn down explicitly in the destructor.
@@ -112,6 +113,7 @@ class worker {
   http::worker_context ctx_;
   std::unique_ptr<boost::asio::io_context> ioc_;
   std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;
+  std::unique_ptr<boost::asio::ip::tcp::acceptor> tls_acceptor_;
   std::unique_ptr<upstream::pool> pool_;
   std::unique_ptr<store::memory_source> memory_;  // the memory store's source, for every generation
   std::unique_ptr<limits_stack> limits_;          // in use

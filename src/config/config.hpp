@@ -98,6 +98,32 @@ struct http_config {
   std::size_t max_connections = 0;
 };
 
+// A certificate chain and its private key, PEM files (`where`: the line of the entry,
+// "file:line", for the errors found when they are read).
+struct tls_certificate {
+  std::string cert;
+  std::string key;
+  std::string where;
+  bool operator==(const tls_certificate&) const = default;
+};
+
+// Mozilla's "intermediate" TLS 1.2 suites (forward secret, AEAD); TLS 1.3's are
+// OpenSSL's own.
+inline constexpr const char* intermediate_ciphers =
+    "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:"
+    "ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305";
+
+// A second listener that terminates TLS (1.2 and 1.3, ALPN http/1.1), its certificate
+// chosen by SNI among `certificates` (the first: the default).
+struct tls_config {
+  std::optional<endpoint> listen;  // absent: no TLS listener
+  std::vector<tls_certificate> certificates;
+  std::string ciphers = intermediate_ciphers;
+  duration handshake_timeout{10'000};
+  unsigned max_handshakes = 1024;  // in progress at once, per worker
+  bool operator==(const tls_config&) const = default;
+};
+
 enum class algorithm { fixed_window, sliding_log, sliding_window, token_bucket, gcra, concurrency };
 enum class on_store_error { allow, deny, local };
 enum class headers_mode { ietf, legacy, both, none };
@@ -257,6 +283,7 @@ struct config {
   redis_config redis;
   client_ip_config client_ip;
   http_config http;
+  tls_config tls;
   resolver_config resolver;
   std::vector<upstream_config> upstreams;
   std::vector<route_config> routes;

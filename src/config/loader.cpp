@@ -3,6 +3,7 @@
 #include "util/text.hpp"
 
 #include <algorithm>
+#include <filesystem>
 
 #include <boost/asio/ip/address.hpp>
 
@@ -54,6 +55,7 @@ class loader {
     if (auto n = top.get("client_ip"); present(n)) client_ip(n, c.client_ip);
     if (auto n = top.get("http"); present(n)) http(n, c.http);
     if (auto n = top.get("resolver"); present(n)) resolver(n, c.resolver);
+    if (auto n = top.get("tls"); present(n)) tls(n, c.tls);
     auto ups = top.get("upstreams");
     if (present(ups)) upstreams(ups, c);
     else r_.error(root, "missing required key 'upstreams'");
@@ -207,6 +209,49 @@ class loader {
     if (auto n = o.get("idle_timeout"); present(n)) set(h.idle_timeout, positive_duration(n));
     if (auto n = o.get("drain_timeout"); present(n)) set(h.drain_timeout, positive_duration(n));
     if (auto n = o.get("max_connections"); present(n)) set(h.max_connections, r_.unsigned_int(n, 0, 10'000'000));
+  }
+
+  void tls(const YAML::Node& node, tls_config& t) {
+    yaml_reader::object o(r_, node, "tls");
+    if (!o.ok()) return;
+    auto listen = o.get("listen");
+    if (present(listen)) t.listen = r_.parsed<endpoint>(listen, parse_endpoint, "listen address (want host:port)");
+    else r_.error(node, "tls needs listen (the address of the TLS listener, e.g. \"0.0.0.0:8443\")");
+    auto certs = o.get("certificates");
+    if (present(certs) && certs.IsSequence() && certs.size() > 0) {
+      if (r_.within(certs, 1'000, "tls", "certificates"))
+        for (const auto& item : r_.list(certs, true)) certificate(item, t);
+    } else {
+      r_.error(present(certs) ? certs : node, "tls needs certificates: a list of {cert, key} (PEM files), the "
+                                              "first one the default");
+    }
+    if (auto n = o.get("ciphers"); present(n)) {
+      auto v = r_.string(n);
+      if (v && (v->empty() || v->find_first_of(" \t\r\n") != std::string::npos))
+        r_.error(n, "tls.ciphers must be an OpenSSL cipher list without spaces (e.g. ECDHE-ECDSA-AES128-GCM-SHA256)");
+      else set(t.ciphers, v);
+    }
+    if (auto n = o.get("handshake_timeout"); present(n)) set(t.handshake_timeout, positive_duration(n));
+    if (auto n = o.get("max_handshakes"); present(n)) set(t.max_handshakes, r_.unsigned_int(n, 1, 1'000'000));
+  }
+
+  void certificate(const YAML::Node& item, tls_config& t) {
+    yaml_reader::object co(r_, item, "a certificate");
+    if (!co.ok()) return;
+    tls_certificate c;
+    c.where = r_.file() + ":" + std::to_string(item.Mark().line + 1);
+    // A relative path is the configuration file's folder's.
+    auto path = [&](const YAML::Node& n, std::string& out) {
+      auto v = r_.string(n);
+      if (!v || v->empty()) return;
+      std::filesystem::path p(*v);
+      out = p.is_absolute() ? *v : (std::filesystem::path(r_.file()).parent_path() / p).string();
+    };
+    auto cert = co.get("cert"), key = co.get("key");
+    if (present(cert)) path(cert, c.cert);
+    if (present(key)) path(key, c.key);
+    if (c.cert.empty() || c.key.empty()) r_.error(item, "a certificate needs cert and key (PEM file paths)");
+    else t.certificates.push_back(std::move(c));
   }
 
   void resolver(const YAML::Node& node, resolver_config& rc) {

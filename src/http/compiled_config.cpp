@@ -7,7 +7,8 @@
 namespace fg::http {
 
 std::shared_ptr<const compiled_config> compiled_config::build(config::snapshot cfg, const compiled_config* previous,
-                                                              const upstream::dns_answers& answers) {
+                                                              const upstream::dns_answers& answers,
+                                                              std::shared_ptr<const tls_server> tls) {
   auto rt = std::make_shared<compiled_config>();
   for (const auto& r : cfg->routes) {
     const bool prefix = r.match.path.empty();
@@ -45,6 +46,7 @@ std::shared_ptr<const compiled_config> compiled_config::build(config::snapshot c
   }
   rt->upstreams = upstream::expand(cfg->upstreams, answers);
   rt->servers = upstream::server_set::build(rt->upstreams, previous ? previous->servers.get() : nullptr);
+  rt->tls = std::move(tls);
   rt->cfg = std::move(cfg);
   return rt;
 }

@@ -5,6 +5,7 @@
 
 #include "config/config.hpp"
 #include "net/client_ip.hpp"
+#include "http/tls.hpp"
 #include "routing/route_table.hpp"
 #include "upstream/dns.hpp"
 #include "upstream/servers.hpp"
@@ -35,9 +36,13 @@ struct compiled_config {
   // `previous` for the servers a reload keeps).
   std::shared_ptr<const upstream::server_set> servers;
 
+  // The TLS listener's certificates (null: no tls.listen), read when the configuration was.
+  std::shared_ptr<const tls_server> tls;
+
   // `answers`: the addresses of the servers' names (none: a named server has none).
   static std::shared_ptr<const compiled_config> build(config::snapshot cfg, const compiled_config* previous = nullptr,
-                                                      const upstream::dns_answers& answers = {});
+                                                      const upstream::dns_answers& answers = {},
+                                                      std::shared_ptr<const tls_server> tls = nullptr);
 };
 
 }  // namespace fg::http

@@ -201,7 +201,7 @@ void build_upstream_request(const bhttp::request_header<>& h, const forward_cont
   if (!ctx.forwarded.empty()) append_field(out, "Forwarded", ctx.forwarded);
   if (!ctx.client_header.empty() && !ctx.client_ip.empty() && !iequals(ctx.client_header, "x-forwarded-for"))
     append_field(out, ctx.client_header, ctx.client_ip);
-  append_field(out, "X-Forwarded-Proto", fwd_proto.empty() ? std::string_view("http") : fwd_proto);
+  append_field(out, "X-Forwarded-Proto", fwd_proto.empty() ? ctx.proto : fwd_proto);
   // The upstream's own name, given for want of the client's, is not the client's host.
   if (!fwd_host.empty()) append_field(out, "X-Forwarded-Host", fwd_host);
   else if (!host.empty() && !own_host) append_field(out, "X-Forwarded-Host", host);

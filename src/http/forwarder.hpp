@@ -18,6 +18,7 @@ struct forward_context {
   std::string_view target;      // replaces the request target when set (absolute-form rewritten)
   std::string_view host;        // replaces the Host value when set
   std::string_view default_host;  // the Host of a request that has none (HTTP/1.0): the upstream's
+  std::string_view proto = "http";  // X-Forwarded-Proto, unless a trusted peer sent one: the listener's scheme
   // What the upstream is told about the client. The request's own X-Forwarded-For,
   // Forwarded and `client_header` are never copied: these values replace them.
   std::string_view xff;            // X-Forwarded-For; empty: the peer alone

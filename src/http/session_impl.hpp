@@ -52,32 +52,43 @@ inline error_code timed(const deadline::entry& e, error_code ec) {
 }
 
 // What the session asks of its downstream stream beyond reading and writing. Only a
-// socket has waits the deadline sweeper cancels, idle waits with no buffer (lean),
-// parking and tunnels; a test stream has reads and writes, and close().
+// socket has idle waits with no buffer (lean), parking and tunnels; a TLS stream over a
+// socket (ssl::stream, the TLS listener's) has the socket's deadlines (the sweeper
+// cancels its socket), deferred reads and a close of its socket; a test stream has
+// reads and writes, and close().
 template <class Stream>
 inline constexpr bool is_socket = std::is_same_v<Stream, tcp::socket>;
 template <class Stream>
+inline constexpr bool is_tls = requires(Stream& s) {
+  { s.next_layer() } -> std::same_as<tcp::socket&>;
+  s.native_handle();
+};
+template <class Stream>
 tcp::socket* socket_of(Stream& s) {
   if constexpr (is_socket<Stream>) return &s;
+  else if constexpr (is_tls<Stream>) return &s.next_layer();
   else return nullptr;
 }
 // The completion token for a read of the stream's own: deferred (no coroutine frame) on
 // a socket; Beast's test stream predates deferred, and is awaited through use_awaitable.
 template <class Stream>
 constexpr auto read_token() {
-  if constexpr (is_socket<Stream>) return deferred_tuple;
+  if constexpr (is_socket<Stream> || is_tls<Stream>) return deferred_tuple;
   else return asio::as_tuple(asio::use_awaitable);
 }
-// Ends our sending side (a socket's half-close).
+// Ends our sending side (a socket's half-close; under TLS, the TCP one: the response
+// is framed, and a close_notify would need a write of its own).
 template <class Stream>
 void half_close(Stream& s, error_code& ec) {
   if constexpr (is_socket<Stream>) s.shutdown(tcp::socket::shutdown_send, ec);
+  else if constexpr (is_tls<Stream>) s.next_layer().shutdown(tcp::socket::shutdown_send, ec);
   else s.close();
 }
 template <class Stream>
 void close_stream(Stream& s) {
   error_code ec;
   if constexpr (is_socket<Stream>) s.close(ec);
+  else if constexpr (is_tls<Stream>) s.next_layer().close(ec);
   else s.close();
 }
 

@@ -81,7 +81,8 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::read_head(bo
         if (wec) co_return outcome::closed;
       }
     }
-    if (buffer_.size() == 0) watch_->lean_at = deadline::after(deadline::lean_after);
+    // (a TLS stream may hold bytes of its own: it always reads, never parks)
+    if (!is_tls<Stream> && buffer_.size() == 0) watch_->lean_at = deadline::after(deadline::lean_after);
     // A head usually fits in 4 KiB: reads grow past that only for larger ones.
     auto space = std::min<std::size_t>(buffer_.max_size() - buffer_.size(), buffer_.size() ? 16384 : 4096);
     // (a read of no bytes completes at once: a full buffer would spin, never time out)

@@ -160,6 +160,7 @@ void session<Stream>::build_request_head(const config::route_config& route, bool
   fc.target = ad_.abs_target;
   fc.host = ad_.abs_host;
   fc.default_host = rt_->upstream_hosts[route.upstream_index];
+  fc.proto = is_tls<Stream> ? "https" : "http";  // the listener's, not the client's say
   // What the upstream is told of the client: as admission resolved it.
   fc.xff = client.xff;
   fc.forwarded = client.forwarded;
@@ -264,7 +265,7 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
   const auto& cfg = *rt_->cfg;
   const auto& route = cfg.routes[static_cast<std::size_t>(ad_.route)];
   const auto& up_cfg = rt_->upstreams[route.upstream_index];
-  const bool upgrade = ad_.has_upgrade && !ad_.has_body() && is_upgrade_request(req.base());
+  const bool upgrade = !is_tls<Stream> && ad_.has_upgrade && !ad_.has_body() && is_upgrade_request(req.base());
   build_request_head(route, upgrade);
   std::size_t piece = 0;
   if (ad_.has_expect && !util::iequals(ad_.expect, "100-continue")) co_return co_await send_local(417, false);

@@ -50,6 +50,10 @@ struct worker_context {
   bool draining = false;
   unsigned id = 0;
   std::size_t parked = 0;  // keep-alive connections parked now: a socket and a wait, no session
+  // TLS handshakes in progress (tls.max_handshakes), and the connections refused past it
+  // or failing theirs (the log lines' counts).
+  std::size_t handshakes = 0;
+  std::uint64_t handshakes_refused = 0, handshakes_failed = 0;
 };
 
 }  // namespace fg::http

@@ -36,6 +36,8 @@ SECTIONS = {
     ("loader.cpp", "client_ip", "o"): "client_ip.",
     ("loader.cpp", "http", "o"): "http.",
     ("loader.cpp", "resolver", "o"): "resolver.",
+    ("loader.cpp", "tls", "o"): "tls.",
+    ("loader.cpp", "certificate", "co"): "tls.certificates[].",
     ("upstream_loader.cpp", "fill", "o"): "upstreams.<name>.",
     ("upstream_loader.cpp", "server", "so"): "upstreams.<name>.servers[].",
     ("upstream_loader.cpp", "eject", "o"): "upstreams.<name>.eject.",
@@ -171,6 +173,20 @@ def upstream_for(rest, value):
     return up
 
 
+# The certificate and key a `tls:` section of the check's files names (made by
+# check_defaults with the openssl command: --check reads them).
+TLS_FILES = {}
+
+
+def tls_for(rest, value):
+    """A tls section that sets one of its keys; the certificate files are real ones."""
+    tls = {"listen": '"127.0.0.1:8443"',
+           "certificates": [{"cert": f'"{TLS_FILES["cert"]}"', "key": f'"{TLS_FILES["key"]}"'}]}
+    if not rest.startswith("certificates[]."):
+        tls[rest] = value
+    return tls
+
+
 def config_for(keys):
     """A file that sets each of `keys` ({path: YAML text}): the top-level sections' keys
     together, each upstream key on an upstream of its own, each route key on a route of
@@ -197,6 +213,11 @@ def config_for(keys):
             else:
                 route[rest] = value
             cfg["routes"].append(route)
+        elif key.startswith("tls."):
+            for k, v in tls_for(key[len("tls."):], value).items():
+                cfg.setdefault("tls", {}).setdefault(k, v)
+                if k == key[len("tls."):]:
+                    cfg["tls"][k] = v
         else:
             *sections, field = key.split(".")
             at = cfg
@@ -226,6 +247,10 @@ def check_defaults(binary, rows, problems, report):
             "top level and sections"
         groups[group][key] = value
     with tempfile.TemporaryDirectory() as tmp:
+        TLS_FILES.update(cert=f"{tmp}/tls.pem", key=f"{tmp}/tls.key")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                        "-keyout", TLS_FILES["key"], "-out", TLS_FILES["cert"], "-days", "1", "-subj", "/CN=check"],
+                       check=True, capture_output=True)
         for name, keys in groups.items():
             error = refused(binary, config_for(keys), tmp)
             report.append(f"  floodgate --check, {name}: {len(keys)} keys at their defaults: "

@@ -96,6 +96,12 @@ TEST_CASE("bad configurations report the first problem with line, column and mes
        "expected an integer from 0 to 10000000, got '-5'"},
       {"memory.max_keys too small", "memory:\n  max_keys: 10\n" + kRoutes, 2, 13,
        "expected an integer from 1024 to 100000000, got '10'"},
+      {"tls without listen", "tls:\n  certificates: [{cert: a.pem, key: a.key}]\n" + kRoutes, 2, 3,
+       "tls needs listen (the address of the TLS listener, e.g. \"0.0.0.0:8443\")"},
+      {"tls without certificates", "tls:\n  listen: \"127.0.0.1:8443\"\n  certificates: []\n" + kRoutes, 3, 17,
+       "tls needs certificates: a list of {cert, key} (PEM files), the first one the default"},
+      {"tls certificate without key", "tls:\n  listen: \"127.0.0.1:8443\"\n  certificates:\n    - {cert: a.pem}\n" +
+       kRoutes, 4, 7, "a certificate needs cert and key (PEM file paths)"},
       {"resolver server by name", "resolver:\n  servers: [\"dns.local:53\"]\n" + kRoutes, 2, 13,
        "name server 'dns.local' is not an IP address"},
       {"resolver refresh too short", "resolver:\n  refresh: 100ms\n" + kRoutes, 2, 12,

@@ -1,0 +1,147 @@
+#include "http/tls.hpp"
+
+#include <boost/asio/ssl/context.hpp>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+#include <algorithm>
+
+#include "util/text.hpp"
+
+namespace fg::http {
+
+namespace ssl = boost::asio::ssl;
+
+struct tls_server::entry {
+  ssl::context ctx{ssl::context::tls_server};
+  std::vector<std::string> names;
+};
+
+namespace {
+
+// OpenSSL's queued errors, the last (most specific) first, as one line.
+std::string openssl_errors() {
+  std::string out;
+  while (unsigned long e = ERR_get_error()) {
+    char buf[256];
+    ERR_error_string_n(e, buf, sizeof buf);
+    out = out.empty() ? std::string(buf) : std::string(buf) + "; " + out;
+  }
+  return out.empty() ? "unknown error" : out;
+}
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+// The DNS names of the certificate's subjectAltName, else its CN.
+std::vector<std::string> names_of(X509* cert) {
+  std::vector<std::string> out;
+  if (!cert) return out;
+  if (auto* sans = static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr))) {
+    for (int i = 0; i < sk_GENERAL_NAME_num(sans); ++i) {
+      const GENERAL_NAME* n = sk_GENERAL_NAME_value(sans, i);
+      if (n->type != GEN_DNS) continue;
+      const auto* data = ASN1_STRING_get0_data(n->d.dNSName);
+      out.push_back(lower(std::string(reinterpret_cast<const char*>(data), ASN1_STRING_length(n->d.dNSName))));
+    }
+    GENERAL_NAMES_free(sans);
+  }
+  if (out.empty()) {
+    char cn[256];
+    if (X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, cn, sizeof cn) > 0)
+      out.push_back(lower(cn));
+  }
+  return out;
+}
+
+constexpr unsigned char alpn_http11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+
+int select_alpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in, unsigned inlen, void*) {
+  unsigned char* chosen = nullptr;
+  if (SSL_select_next_proto(&chosen, outlen, alpn_http11, sizeof alpn_http11, in, inlen) != OPENSSL_NPN_NEGOTIATED)
+    return SSL_TLSEXT_ERR_ALERT_FATAL;  // no_application_protocol: it offers only what we do not speak
+  *out = chosen;
+  return SSL_TLSEXT_ERR_OK;
+}
+
+}  // namespace
+
+tls_server::~tls_server() = default;
+
+ssl::context& tls_server::context() const { return entries_.front()->ctx; }
+
+std::vector<std::vector<std::string>> tls_server::names() const {
+  std::vector<std::vector<std::string>> out;
+  for (const auto& e : entries_) out.push_back(e->names);
+  return out;
+}
+
+std::size_t tls_server::choose(std::string_view server_name) const {
+  const auto want = lower(std::string(server_name));
+  for (std::size_t i = 0; i < entries_.size(); ++i)
+    if (std::find(entries_[i]->names.begin(), entries_[i]->names.end(), want) != entries_[i]->names.end()) return i;
+  // "*.example.com" stands for one label: a.example.com, not a.b.example.com nor example.com.
+  const auto dot = want.find('.');
+  if (dot != std::string::npos && dot > 0) {
+    const auto wildcard = "*" + want.substr(dot);
+    for (std::size_t i = 0; i < entries_.size(); ++i)
+      if (std::find(entries_[i]->names.begin(), entries_[i]->names.end(), wildcard) != entries_[i]->names.end())
+        return i;
+  }
+  return 0;
+}
+
+std::shared_ptr<const tls_server> tls_server::build(const config::tls_config& cfg, std::string& error) {
+  std::shared_ptr<tls_server> out(new tls_server);
+  static constexpr unsigned char session_context[] = "floodgate";
+  for (const auto& c : cfg.certificates) {
+    auto e = std::make_unique<entry>();
+    SSL_CTX* ctx = e->ctx.native_handle();
+    ERR_clear_error();
+    auto fail = [&](const std::string& what, const std::string& file) {
+      error = c.where + ": tls certificate " + what + " " + file + ": " + openssl_errors();
+      return nullptr;
+    };
+    if (SSL_CTX_use_certificate_chain_file(ctx, c.cert.c_str()) != 1) return fail("cert", c.cert);
+    if (SSL_CTX_use_PrivateKey_file(ctx, c.key.c_str(), SSL_FILETYPE_PEM) != 1) return fail("key", c.key);
+    if (SSL_CTX_check_private_key(ctx) != 1) return fail("key (not the certificate's)", c.key);
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_max_proto_version(ctx, TLS1_3_VERSION);
+    if (SSL_CTX_set_cipher_list(ctx, cfg.ciphers.c_str()) != 1) {
+      error = "tls.ciphers '" + cfg.ciphers + "': " + openssl_errors();
+      return nullptr;
+    }
+    SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
+    SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
+    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
+    SSL_CTX_sess_set_cache_size(ctx, 20'000);
+    SSL_CTX_set_session_id_context(ctx, session_context, sizeof session_context - 1);
+    SSL_CTX_set_alpn_select_cb(ctx, select_alpn, nullptr);
+    e->names = names_of(SSL_CTX_get0_certificate(ctx));
+    out->entries_.push_back(std::move(e));
+  }
+  if (out->entries_.empty()) {
+    error = "tls: no certificate";
+    return nullptr;
+  }
+  // SNI, on the default context (where every handshake starts): the context of the
+  // certificate for the name asked for. Sessions and tickets stay the default's.
+  if (out->entries_.size() > 1) {
+    SSL_CTX* first = out->entries_.front()->ctx.native_handle();
+    SSL_CTX_set_tlsext_servername_arg(first, out.get());
+    SSL_CTX_set_tlsext_servername_callback(first, +[](SSL* s, int*, void* arg) -> int {
+      const auto* self = static_cast<const tls_server*>(arg);
+      const char* name = SSL_get_servername(s, TLSEXT_NAMETYPE_host_name);
+      if (!name) return SSL_TLSEXT_ERR_OK;
+      const auto i = self->choose(name);
+      if (i != 0) SSL_set_SSL_CTX(s, self->entries_[i]->ctx.native_handle());
+      return SSL_TLSEXT_ERR_OK;
+    });
+  }
+  return out;
+}
+
+}  // namespace fg::http

@@ -1,0 +1,47 @@
+#pragma once
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/config.hpp"
+
+namespace boost::asio::ssl {
+class context;
+}
+
+namespace fg::http {
+
+// What the TLS listener serves with: one OpenSSL context per certificate of
+// tls.certificates, the first the default, another chosen during the handshake by the
+// name the client asks for (SNI: an exact name of a certificate's subjectAltName, or
+// else CN, then a wildcard `*.example.com` for one label). TLS 1.2 and 1.3 only, the
+// configured TLS 1.2 suites, ALPN http/1.1 (a client that offers only other protocols
+// is refused, as nginx does), no renegotiation, no compression, a server-side session
+// cache and tickets for resumption, and OpenSSL's buffers given back while a
+// connection is idle (SSL_MODE_RELEASE_BUFFERS). Immutable once built: a reload builds
+// another from the files as they are then.
+class tls_server {
+ public:
+  ~tls_server();
+  tls_server(const tls_server&) = delete;
+  tls_server& operator=(const tls_server&) = delete;
+
+  // Reads every certificate and key; null with `error` ("file:line: tls certificate
+  // PATH: what OpenSSL says") when one cannot be used.
+  static std::shared_ptr<const tls_server> build(const config::tls_config& cfg, std::string& error);
+
+  // The default context, which a new connection's stream starts from.
+  boost::asio::ssl::context& context() const;
+  // The names (lower case) each certificate answers for, in tls.certificates' order.
+  std::vector<std::vector<std::string>> names() const;
+  // Which certificate a client asking for `server_name` gets (its index).
+  std::size_t choose(std::string_view server_name) const;
+
+ private:
+  tls_server() = default;
+  struct entry;
+  std::vector<std::unique_ptr<entry>> entries_;
+};
+
+}  // namespace fg::http

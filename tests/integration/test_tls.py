@@ -1,0 +1,192 @@
+"""The TLS listener (tls:): the certificate chosen by SNI (exact names, a wildcard, the
+first as the default), TLS 1.2 and 1.3 with ALPN http/1.1 (a client offering only h2 is
+refused), session resumption, keep-alive, X-Forwarded-Proto from the listener (never
+from the client), the handshake bounded in time and in number (a flood of silent
+handshakes does not stop the connections already served), certificates read again on a
+reload (a bad one keeps the old), and --check reading the files as a start would.
+
+Certificates are made for each test run by the openssl command (ECDSA P-256)."""
+import json
+import socket
+import ssl
+import subprocess
+
+import pytest
+
+from conftest import BIN, free_port, is_closed, read_response, wait_for
+from test_admin import with_admin
+from test_reload import post_reload
+
+
+def make_cert(directory, name, *sans):
+    """A self-signed ECDSA P-256 certificate for CN=name with these DNS SANs."""
+    cert, key = directory / f"{name}.pem", directory / f"{name}.key"
+    ext = ["-addext", "subjectAltName=" + ",".join(f"DNS:{s}" for s in sans)] if sans else []
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", f"/CN={name}", *ext],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+@pytest.fixture
+def certs(tmp_path):
+    d = tmp_path / "tls"
+    d.mkdir()
+    return {"a": make_cert(d, "a.test", "a.test", "*.wild.test"), "b": make_cert(d, "b.test"),
+            "c": make_cert(d, "c.test", "c.test")}
+
+
+def tls_section(port, certificates, more=""):
+    lines = ["tls:", f'  listen: "127.0.0.1:{port}"', "  certificates:"]
+    lines += [f'    - {{ cert: "{c}", key: "{k}" }}' for c, k in certificates]
+    return "\n".join(lines) + "\n" + more
+
+
+def start_tls(gateway_factory, certificates, more="", admin=False, **kw):
+    port = free_port()
+    section = tls_section(port, certificates, more)
+    if admin:
+        g = with_admin(lambda extra: gateway_factory(extra=extra + section, **kw))
+    else:
+        g = gateway_factory(extra=section, **kw)
+    g.tls_port = port
+    wait_for("the TLS listener", lambda: "listening for TLS" in g.log_text(), 10)
+    return g
+
+
+def client_context(alpn=("http/1.1",), version=None):
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    if alpn:
+        ctx.set_alpn_protocols(list(alpn))
+    if version:
+        ctx.minimum_version = ctx.maximum_version = version
+    return ctx
+
+
+def tls_connect(g, server_name="a.test", ctx=None, session=None):
+    raw = socket.create_connection(("127.0.0.1", g.tls_port), timeout=10)
+    return (ctx or client_context()).wrap_socket(raw, server_hostname=server_name, session=session)
+
+
+def subject_cn(s):
+    der = s.getpeercert(binary_form=True)
+    out = subprocess.run(["openssl", "x509", "-inform", "DER", "-noout", "-subject"], input=der,
+                         capture_output=True, check=True).stdout.decode()
+    return out.strip().split("CN = ")[-1].split("CN=")[-1]
+
+
+def echo(s, extra=""):
+    s.sendall(f"GET /echo HTTP/1.1\r\nHost: a.test\r\n{extra}\r\n".encode())
+    r = read_response(s)
+    assert r.status == 200, (r.status, r.body)
+    return {k.lower(): v for k, v in json.loads(r.body)["headers"]}
+
+
+def test_sni_chooses_the_certificate_exact_then_wildcard_then_the_default(gateway_factory, certs):
+    g = start_tls(gateway_factory, [certs["a"], certs["b"], certs["c"]])
+    for name, want in [("a.test", "a.test"), ("b.test", "b.test"), ("C.TEST", "c.test"), ("x.wild.test", "a.test"),
+                       ("unknown.example", "a.test"), ("a.b.wild.test", "a.test")]:
+        with tls_connect(g, name) as s:
+            assert subject_cn(s) == want, (name, subject_cn(s))
+    # b.test has no SAN: its CN is its name.
+    with tls_connect(g, "b.test") as s:
+        assert echo(s)["host"] == "a.test"
+
+
+def test_tls_versions_alpn_keep_alive_and_forwarded_proto(gateway_factory, certs):
+    g = start_tls(gateway_factory, [certs["a"]])
+    for version in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):
+        with tls_connect(g, ctx=client_context(version=version)) as s:
+            assert s.version() == {ssl.TLSVersion.TLSv1_2: "TLSv1.2", ssl.TLSVersion.TLSv1_3: "TLSv1.3"}[version]
+            assert s.selected_alpn_protocol() == "http/1.1"
+            # Keep-alive: three requests on the connection; the proto is the listener's,
+            # whatever an untrusted client claims.
+            for _ in range(3):
+                h = echo(s, "X-Forwarded-Proto: http\r\n")
+                assert h["x-forwarded-proto"] == "https", h
+    with tls_connect(g, ctx=client_context(alpn=("h2", "http/1.1"))) as s:
+        assert s.selected_alpn_protocol() == "http/1.1"
+    with tls_connect(g, ctx=client_context(alpn=None)) as s:
+        assert s.selected_alpn_protocol() is None
+        echo(s)
+    with pytest.raises(ssl.SSLError, match="NO_APPLICATION_PROTOCOL|no application protocol"):
+        tls_connect(g, ctx=client_context(alpn=("h2",)))
+    # The plain listener still speaks plain HTTP, with its own proto.
+    with g.connect() as s:
+        assert echo(s)["x-forwarded-proto"] == "http"
+
+
+def test_sessions_resume(gateway_factory, certs):
+    g = start_tls(gateway_factory, [certs["a"], certs["b"]])
+    for version in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):
+        ctx = client_context(version=version)
+        with tls_connect(g, ctx=ctx) as s:
+            echo(s)  # (a TLS 1.3 ticket comes after the handshake: read something first)
+            session = s.session
+            assert not s.session_reused
+        with tls_connect(g, ctx=ctx, session=session) as s:
+            assert s.session_reused, version
+            echo(s)
+
+
+def test_the_handshake_is_bounded_in_time_and_in_number(gateway_factory, certs):
+    g = start_tls(gateway_factory, [certs["a"]], more="  handshake_timeout: 1s\n  max_handshakes: 2\n", workers=1)
+    served = tls_connect(g)
+    echo(served)
+    # Two connections that never say hello hold the two handshakes; a third is closed at
+    # once (the one worker accepts them in order).
+    silent = [socket.create_connection(("127.0.0.1", g.tls_port), timeout=10) for _ in range(2)]
+    third = socket.create_connection(("127.0.0.1", g.tls_port), timeout=10)
+    assert is_closed(third, 5)
+    wait_for("the refusal logged", lambda: "refused (tls.max_handshakes" in g.log_text(), 10)
+    # The connection already served is not held up.
+    echo(served)
+    # The silent ones are closed at handshake_timeout; then handshakes are taken again.
+    for s in silent:
+        assert is_closed(s, 10)
+    with tls_connect(g) as s:
+        echo(s)
+    for s in [served, third, *silent]:
+        s.close()
+
+
+def test_certificates_are_read_again_on_reload_and_a_bad_one_keeps_the_old(gateway_factory, certs, tmp_path):
+    live_cert, live_key = tmp_path / "live.pem", tmp_path / "live.key"
+    live_cert.write_bytes(certs["a"][0].read_bytes())
+    live_key.write_bytes(certs["a"][1].read_bytes())
+    g = start_tls(gateway_factory, [(live_cert, live_key)], admin=True)
+    with tls_connect(g, "c.test") as s:
+        assert subject_cn(s) == "a.test"
+    # A key that is not the certificate's: the reload fails, the old pair serves on.
+    live_cert.write_bytes(certs["c"][0].read_bytes())
+    r = post_reload(g)
+    assert r.status != 200 and b"key values mismatch" in r.body, (r.status, r.body)
+    with tls_connect(g, "c.test") as s:
+        assert subject_cn(s) == "a.test"
+    live_key.write_bytes(certs["c"][1].read_bytes())
+    r = post_reload(g)
+    assert r.status == 200, (r.status, r.body)
+    with tls_connect(g, "c.test") as s:
+        assert subject_cn(s) == "c.test"
+
+
+def test_check_reads_the_certificates(tmp_path, certs):
+    cfg = tmp_path / "check.yaml"
+    missing = tmp_path / "missing.pem"
+    cfg.write_text(f'listen: "127.0.0.1:8080"\ntls:\n  listen: "127.0.0.1:8443"\n  certificates:\n'
+                   f'    - {{ cert: "{missing}", key: "{certs["a"][1]}" }}\n'
+                   'upstreams:\n  api:\n    address: "127.0.0.1:9000"\n'
+                   'routes:\n  - name: all\n    match: { path_prefix: / }\n    upstream: api\n')
+    r = subprocess.run([BIN, "--check", "--config", str(cfg)], capture_output=True, text=True)
+    assert r.returncode == 1, r
+    assert f"{cfg}:5: tls certificate cert {missing}:" in r.stderr, r.stderr
+    cfg.write_text(cfg.read_text().replace(str(missing), str(certs["a"][0])))
+    r = subprocess.run([BIN, "--check", "--config", str(cfg)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    # A relative path is the configuration file's folder's.
+    rel = tmp_path / "rel.yaml"
+    rel.write_text(cfg.read_text().replace(str(tmp_path) + "/", ""))
+    r = subprocess.run([BIN, "--check", "--config", str(rel)], capture_output=True, text=True, cwd="/")
+    assert r.returncode == 0, r.stderr
