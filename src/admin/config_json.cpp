@@ -150,6 +150,7 @@ std::string key_text(const config::key_source& k) {
     case kind::header: return "header:" + k.name;
     case kind::query: return "query:" + k.name;
     case kind::cookie: return "cookie:" + k.name;
+    case kind::client_cert: return "client_cert";
   }
   return "?";
 }

@@ -50,6 +50,7 @@ bool reads(const config::route_config& r, kind k, const std::string& name) {
 json::array unused(const config::route_config& r, const limits_query& q) {
   json::array out;
   if (q.ip && !uses(r, kind::ip)) out.emplace_back("ip");
+  if (!q.client_cert.empty() && !uses(r, kind::client_cert)) out.emplace_back("client_cert");
   for (const auto& [n, v] : q.headers)
     if (!reads(r, kind::header, n)) out.emplace_back("header." + n);
   for (const auto& [n, v] : q.query)

@@ -71,6 +71,8 @@ std::optional<reply> parse_limits_query(urls::url_view url, limits_query& out) {
       has_route = true;
     } else if (n == "ip") {
       out.ip = decoded(p.value);
+    } else if (n == "client_cert") {
+      out.client_cert = decoded(p.value);
     } else if (n.starts_with("header.") && n.size() > 7) {
       out.headers.emplace_back(name.substr(7), decoded(p.value));
     } else if (n.starts_with("query.") && n.size() > 6) {
@@ -78,7 +80,7 @@ std::optional<reply> parse_limits_query(urls::url_view url, limits_query& out) {
     } else if (n.starts_with("cookie.") && n.size() > 7) {
       out.cookies.emplace_back(name.substr(7), std::move(raw));
     } else {
-      return bad(400, "unknown parameter '" + name + "' (route, ip, header.NAME, query.NAME, cookie.NAME)");
+      return bad(400, "unknown parameter '" + name + "' (route, ip, client_cert, header.NAME, query.NAME, cookie.NAME)");
     }
   }
   if (!has_route || out.route.empty()) return bad(400, "missing parameter 'route'");
@@ -107,6 +109,7 @@ synthetic_request::synthetic_request(const limits_query& q, std::string client) 
   }
   parts_.client = client_;
   parts_.query = query_;
+  parts_.client_cert = q.client_cert;
   parts_.header = &synthetic_request::header;
   parts_.header_ctx = this;
 }

@@ -24,6 +24,7 @@ struct limits_query {
   using pair = std::pair<std::string, std::string>;
   std::string route;
   std::optional<std::string> ip;
+  std::string client_cert;  // the subject of a client certificate ("" = none)
   std::vector<pair> headers, query, cookies;  // (name, value), names decoded
 };
 

@@ -12,11 +12,12 @@ namespace fg::app {
 
 namespace fs = std::filesystem;
 
-config_watch::config_watch(boost::asio::io_context& ioc, std::string path, std::function<void()> changed)
-    : path_(std::move(path)), changed_(std::move(changed)), fd_(ioc), settle_(ioc) {
+config_watch::config_watch(boost::asio::io_context& ioc, std::function<std::vector<std::string>()> paths,
+                           std::function<void()> changed)
+    : paths_(std::move(paths)), changed_(std::move(changed)), fd_(ioc), settle_(ioc) {
   int fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
   if (fd < 0) {
-    spdlog::warn("cannot watch {} for changes (inotify: {}): reload with SIGHUP or POST /reload", path_,
+    spdlog::warn("cannot watch {} for changes (inotify: {}): reload with SIGHUP or POST /reload", paths_().front(),
                  std::strerror(errno));
     return;
   }
@@ -34,20 +35,22 @@ void config_watch::close() {
 }
 
 void config_watch::watch_folders() {
-  // The file's own folder, and each folder a symlink on the way leads to (a ConfigMap:
+  // Each file's own folder, and each folder a symlink on the way leads to (a ConfigMap:
   // floodgate.yaml -> ..data/floodgate.yaml, ..data -> ..2026_12_01_...). Watching a
   // folder twice is harmless (inotify gives the same watch back).
   constexpr std::uint32_t mask = IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DELETE_SELF | IN_MOVE_SELF;
-  std::error_code ec;
-  fs::path p = fs::absolute(path_, ec);
-  for (int hops = 0; hops < 8 && !ec; ++hops) {
-    (void)::inotify_add_watch(fd_.native_handle(), p.parent_path().c_str(), mask);
-    if (!fs::is_symlink(p, ec)) break;
-    auto target = fs::read_symlink(p, ec);
-    p = target.is_absolute() ? target : p.parent_path() / target;
+  for (const auto& path : paths_()) {
+    std::error_code ec;
+    fs::path p = fs::absolute(path, ec);
+    for (int hops = 0; hops < 8 && !ec; ++hops) {
+      (void)::inotify_add_watch(fd_.native_handle(), p.parent_path().c_str(), mask);
+      if (!fs::is_symlink(p, ec)) break;
+      auto target = fs::read_symlink(p, ec);
+      p = target.is_absolute() ? target : p.parent_path() / target;
+    }
+    auto real = fs::canonical(path, ec);
+    if (!ec) (void)::inotify_add_watch(fd_.native_handle(), real.parent_path().c_str(), mask);
   }
-  auto real = fs::canonical(path_, ec);
-  if (!ec) (void)::inotify_add_watch(fd_.native_handle(), real.parent_path().c_str(), mask);
 }
 
 void config_watch::read() {

@@ -38,6 +38,7 @@ using asio::ip::tcp;
 server::server(std::string path, std::shared_ptr<config::config> cfg) : path_(std::move(path)) {
   layout_.assign(*cfg);
   last_text_hash_ = cfg->hash;
+  last_tls_hash_ = files_hash(*cfg);
   // Names are resolved before the first request: the workers start with their addresses.
   dns_.set(cfg->resolver, upstream::server_names(cfg->upstreams),
            [this] { asio::post(reload_ioc_, [this] { names_resolved(); }); });
@@ -70,6 +71,33 @@ std::string read_file(const std::string& path) {
   if (config::read_source_file(path, text)) text.clear();
   return text;
 }
+
+// The files besides the configuration that a reload reads: the TLS certificates and keys.
+std::vector<std::string> tls_files(const config::config& cfg) {
+  std::vector<std::string> out;
+  if (!cfg.tls.listen) return out;
+  for (const auto& c : cfg.tls.certificates) {
+    out.push_back(c.cert);
+    out.push_back(c.key);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> server::watched_files(const config::config& cfg) const {
+  auto out = tls_files(cfg);
+  out.insert(out.begin(), path_);
+  return out;
+}
+
+std::string server::files_hash(const config::config& cfg) {
+  std::string all;
+  for (const auto& f : tls_files(cfg)) all += util::fnv1a_hex(read_file(f));
+  return all;
+}
+
+namespace {
 
 // Binds the proxy's socket (a connection to it is refused until it listens); false
 // (logged) when it cannot.
@@ -241,7 +269,8 @@ int server::run() {
     });
   };
   on_hup();
-  config_watch watch(main_ioc, path_, [this] { asio::post(reload_ioc_, [this] { file_changed(); }); });
+  config_watch watch(main_ioc, [this] { return watched_files(*current_config()); },
+                     [this] { asio::post(reload_ioc_, [this] { file_changed(); }); });
 
   asio::signal_set signals(main_ioc, SIGTERM, SIGINT);
   int signal_number = 0;
@@ -349,11 +378,13 @@ admin::reload_outcome server::reload(std::string_view why) {
     spdlog::error("reload ({}): {} error(s) in {}: the configuration in effect is unchanged", why, out.errors.size(),
                   path_);
     last_text_hash_ = util::fnv1a_hex(read_file(path_));
+    last_tls_hash_ = files_hash(*current_config());
     reloads_failed_.fetch_add(1, std::memory_order_relaxed);
     return out;
   }
   auto next = loaded.cfg;
   last_text_hash_ = next->hash;
+  last_tls_hash_ = files_hash(*next);
   const auto was = current();
   out.restart_needed = keep_restart_only(*next, *was->cfg);
   // The certificates are read again at every reload (a renewed one comes in with it);
@@ -434,7 +465,8 @@ void server::names_resolved() {
 void server::file_changed() {
   {
     std::lock_guard serial(reload_mu_);
-    if (util::fnv1a_hex(read_file(path_)) == last_text_hash_) return;
+    if (util::fnv1a_hex(read_file(path_)) == last_text_hash_ && files_hash(*current_config()) == last_tls_hash_)
+      return;
   }
   reload("file changed");
 }

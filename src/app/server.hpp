@@ -86,6 +86,11 @@ class server final : public admin::status_source {
   std::shared_ptr<const http::compiled_config> rt_;
   std::shared_ptr<obs::access_log> access_;
   std::string last_text_hash_;  // of the text last loaded or tried (reload_mu_)
+  std::string last_tls_hash_;   // of the TLS files it named, as they were then (reload_mu_)
+  // What the file watcher watches: the configuration file and the TLS files `cfg` names.
+  std::vector<std::string> watched_files(const config::config& cfg) const;
+  // The TLS files' contents, hashed (a renewed certificate changes it).
+  static std::string files_hash(const config::config& cfg);
   obs::metrics_layout layout_;  // reload_mu_
   std::atomic<std::uint64_t> reloads_ok_{0}, reloads_failed_{0};
   std::unique_ptr<store::memory_store> memory_;

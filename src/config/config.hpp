@@ -121,6 +121,10 @@ struct tls_config {
   std::string ciphers = intermediate_ciphers;
   duration handshake_timeout{10'000};
   unsigned max_handshakes = 1024;  // in progress at once, per worker
+  // Client certificates (mTLS): verified against this PEM bundle ("" = none asked for);
+  // without one, a client is refused unless `clients_optional`.
+  std::string client_ca;
+  bool clients_optional = false;
   bool operator==(const tls_config&) const = default;
 };
 
@@ -130,7 +134,8 @@ enum class headers_mode { ietf, legacy, both, none };
 enum class on_missing_key { anonymous, skip };
 
 struct key_source {
-  enum class kind { global, ip, header, query, cookie } type = kind::global;
+  // client_cert: the subject of the client's verified TLS certificate (tls.client_ca).
+  enum class kind { global, ip, header, query, cookie, client_cert } type = kind::global;
   std::string name;  // header / query / cookie name
   bool operator==(const key_source&) const = default;
 };

@@ -233,6 +233,17 @@ class loader {
     }
     if (auto n = o.get("handshake_timeout"); present(n)) set(t.handshake_timeout, positive_duration(n));
     if (auto n = o.get("max_handshakes"); present(n)) set(t.max_handshakes, r_.unsigned_int(n, 1, 1'000'000));
+    if (auto n = o.get("client_ca"); present(n)) {
+      auto v = r_.string(n);
+      if (v && !v->empty()) {
+        std::filesystem::path p(*v);
+        t.client_ca = p.is_absolute() ? *v : (std::filesystem::path(r_.file()).parent_path() / p).string();
+      }
+    }
+    if (auto n = o.get("client_certificates"); present(n)) {
+      if (auto s = r_.one_of(n, {"required", "optional"})) t.clients_optional = *s == "optional";
+      if (t.client_ca.empty()) r_.error(n, "tls.client_certificates is read with tls.client_ca only");
+    }
   }
 
   void certificate(const YAML::Node& item, tls_config& t) {

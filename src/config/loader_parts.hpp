@@ -20,7 +20,7 @@ void set(T& dst, const std::optional<U>& v) {
 // A duration above zero; else an error at `n`.
 std::optional<duration> positive_duration(yaml_reader& r, const YAML::Node& n);
 
-// A limit key or hash key: global, ip, header:<Name>, query:<name> or cookie:<name>.
+// A limit key or hash key: global, ip, header:<Name>, query:<name>, cookie:<name> or client_cert.
 std::optional<key_source> key_source_of(yaml_reader& r, const YAML::Node& n);
 
 // upstreams: the mapping of name to upstream (config/upstream_loader.cpp).

@@ -168,6 +168,7 @@ std::optional<key_source> key_source_of(yaml_reader& r_, const YAML::Node& n) {
   if (!s) return std::nullopt;
   if (*s == "global") return key_source{key_source::kind::global, {}};
   if (*s == "ip") return key_source{key_source::kind::ip, {}};
+  if (*s == "client_cert") return key_source{key_source::kind::client_cert, {}};
   auto colon = s->find(':');
   auto kind = s->substr(0, colon);
   auto name = colon == std::string::npos ? std::string() : s->substr(colon + 1);
@@ -176,9 +177,11 @@ std::optional<key_source> key_source_of(yaml_reader& r_, const YAML::Node& n) {
   else if (kind == "query") k = key_source::kind::query;
   else if (kind == "cookie") k = key_source::kind::cookie;
   if (!k || name.empty() || (*k == key_source::kind::header && !util::is_token(name))) {
-    std::string msg = "invalid key '" + *s + "', expected global, ip, header:<Name>, query:<name> or cookie:<name>";
-    if (auto hint = did_you_mean(kind, {"global", "ip", "header", "query", "cookie"}); hint && !k)
-      msg += " (did you mean '" + *hint + (*hint == "global" || *hint == "ip" ? "" : ":") + "'?)";
+    std::string msg = "invalid key '" + *s + "', expected global, ip, header:<Name>, query:<name>, cookie:<name> or "
+                      "client_cert";
+    if (auto hint = did_you_mean(kind, {"global", "ip", "header", "query", "cookie", "client_cert"}); hint && !k)
+      msg += " (did you mean '" + *hint + (*hint == "global" || *hint == "ip" || *hint == "client_cert" ? "" : ":") +
+             "'?)";
     r_.error(n, msg);
     return std::nullopt;
   }

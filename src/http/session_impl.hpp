@@ -121,6 +121,8 @@ class session {
   // True when the connection is to be parked (idle between requests): then take its
   // socket with release_socket() and its deadline with idle_deadline().
   asio::awaitable<bool> run();
+  // The subject of the connection's verified client certificate (a limit's client_cert key).
+  void set_client_cert(std::string subject) { client_cert_ = std::move(subject); }
   Stream release_socket() {
     parked_ = true;
     return std::move(socket_);
@@ -220,6 +222,7 @@ class session {
   clock::time_point started_;
   std::size_t requests_ = 0;
   bool parked_ = false;
+  std::string client_cert_;
 };
 
 }  // namespace fg::http::detail

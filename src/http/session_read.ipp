@@ -283,6 +283,7 @@ limit::request_parts session<Stream>::key_parts() const {
   const auto& req = parser_->get();
   limit::request_parts parts;
   parts.client = ad_.client.who.key;
+  parts.client_cert = client_cert_;
   std::string_view target = req.target();
   if (auto q = target.find('?'); q != std::string_view::npos) parts.query = target.substr(q + 1);
   parts.header = &lookup_header;

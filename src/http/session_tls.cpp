@@ -57,7 +57,9 @@ boost::asio::awaitable<void> serve_tls(worker_context& ctx, tcp::socket socket, 
     if (ctx.connections) ctx.connections->open.fetch_sub(1, std::memory_order_relaxed);
     co_return;
   }
+  auto subject = tls_server::client_subject(stream.native_handle());
   detail::session<tls_stream> s(ctx, std::move(stream), peer, false);
+  s.set_client_cert(std::move(subject));
   co_await s.run();
 }
 

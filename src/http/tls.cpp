@@ -71,6 +71,20 @@ int select_alpn(SSL*, const unsigned char** out, unsigned char* outlen, const un
 
 tls_server::~tls_server() = default;
 
+std::string tls_server::client_subject(void* handle) {
+  auto* s = static_cast<SSL*>(handle);
+  X509* cert = SSL_get0_peer_certificate(s);
+  if (!cert || SSL_get_verify_result(s) != X509_V_OK) return {};
+  BIO* bio = BIO_new(BIO_s_mem());
+  if (!bio) return {};
+  X509_NAME_print_ex(bio, X509_get_subject_name(cert), 0, XN_FLAG_RFC2253);
+  char* data = nullptr;
+  const long n = BIO_get_mem_data(bio, &data);
+  std::string out(data, static_cast<std::size_t>(std::max(0L, n)));
+  BIO_free(bio);
+  return out;
+}
+
 ssl::context& tls_server::context() const { return entries_.front()->ctx; }
 
 std::vector<std::vector<std::string>> tls_server::names() const {
@@ -120,6 +134,18 @@ std::shared_ptr<const tls_server> tls_server::build(const config::tls_config& cf
     SSL_CTX_sess_set_cache_size(ctx, 20'000);
     SSL_CTX_set_session_id_context(ctx, session_context, sizeof session_context - 1);
     SSL_CTX_set_alpn_select_cb(ctx, select_alpn, nullptr);
+    if (!cfg.client_ca.empty()) {
+      // Client certificates (mTLS): asked for with the CA's names, verified against it.
+      STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(cfg.client_ca.c_str());
+      if (!names || SSL_CTX_load_verify_locations(ctx, cfg.client_ca.c_str(), nullptr) != 1) {
+        if (names) sk_X509_NAME_pop_free(names, X509_NAME_free);
+        error = "tls.client_ca " + cfg.client_ca + ": " + openssl_errors();
+        return nullptr;
+      }
+      SSL_CTX_set_client_CA_list(ctx, names);
+      SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | (cfg.clients_optional ? 0 : SSL_VERIFY_FAIL_IF_NO_PEER_CERT), nullptr);
+      SSL_CTX_set_verify_depth(ctx, 8);
+    }
     e->names = names_of(SSL_CTX_get0_certificate(ctx));
     out->entries_.push_back(std::move(e));
   }

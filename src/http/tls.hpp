@@ -37,6 +37,9 @@ class tls_server {
   std::vector<std::vector<std::string>> names() const;
   // Which certificate a client asking for `server_name` gets (its index).
   std::size_t choose(std::string_view server_name) const;
+  // The subject (RFC 2253, "CN=app-1,O=Example") of the client certificate a handshake
+  // on `ssl` (an SSL*) verified, "" when it has none.
+  static std::string client_subject(void* ssl);
 
  private:
   tls_server() = default;

@@ -120,6 +120,7 @@ std::optional<std::string_view> source_value(const config::key_source& src, cons
   switch (src.type) {
     case kind::global: v = "*"; break;
     case kind::ip: v = r.client; break;
+    case kind::client_cert: v = r.client_cert; break;
     case kind::header: v = r.header ? r.header(r.header_ctx, src.name) : std::nullopt; break;
     case kind::query:
       // Decoded, so "abc" and "%61bc" are one identity (as they are to the upstream).

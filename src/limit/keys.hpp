@@ -13,6 +13,7 @@ namespace fg::limit {
 struct request_parts {
   std::string_view client;  // the resolved client key ("1.2.3.4", "2001:db8::/64")
   std::string_view query;   // the target's query, without '?'
+  std::string_view client_cert;  // the verified client certificate's subject ("" = none)
   // Header lookup: the first value of a header, or nullopt.
   std::optional<std::string_view> (*header)(const void* ctx, std::string_view name) = nullptr;
   const void* header_ctx = nullptr;

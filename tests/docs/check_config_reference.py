@@ -182,7 +182,9 @@ def tls_for(rest, value):
     """A tls section that sets one of its keys; the certificate files are real ones."""
     tls = {"listen": '"127.0.0.1:8443"',
            "certificates": [{"cert": f'"{TLS_FILES["cert"]}"', "key": f'"{TLS_FILES["key"]}"'}]}
-    if not rest.startswith("certificates[]."):
+    if rest in ("client_ca", "client_certificates"):
+        tls["client_ca"] = f'"{TLS_FILES["cert"]}"'  # (a CA that exists; client_certificates needs one)
+    if not rest.startswith("certificates[].") and rest != "client_ca":
         tls[rest] = value
     return tls
 

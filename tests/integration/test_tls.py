@@ -3,7 +3,9 @@ first as the default), TLS 1.2 and 1.3 with ALPN http/1.1 (a client offering onl
 refused), session resumption, keep-alive, X-Forwarded-Proto from the listener (never
 from the client), the handshake bounded in time and in number (a flood of silent
 handshakes does not stop the connections already served), certificates read again on a
-reload (a bad one keeps the old), and --check reading the files as a start would.
+reload and when their files change (a bad one keeps the old), client certificates
+(mTLS: verified against tls.client_ca, each one its own client for a `client_cert`
+limit key), and --check reading the files as a start would.
 
 Certificates are made for each test run by the openssl command (ECDSA P-256)."""
 import json
@@ -170,6 +172,14 @@ def test_certificates_are_read_again_on_reload_and_a_bad_one_keeps_the_old(gatew
     assert r.status == 200, (r.status, r.body)
     with tls_connect(g, "c.test") as s:
         assert subject_cn(s) == "c.test"
+    # Renewed in place, no reload asked for: the watcher sees the files change.
+    live_key.write_bytes(certs["b"][1].read_bytes())
+    live_cert.write_bytes(certs["b"][0].read_bytes())
+
+    def served():
+        with tls_connect(g, "c.test") as s:
+            return subject_cn(s) == "b.test"
+    wait_for("the renewed certificate served", served, 20)
 
 
 def test_check_reads_the_certificates(tmp_path, certs):
@@ -190,3 +200,70 @@ def test_check_reads_the_certificates(tmp_path, certs):
     rel.write_text(cfg.read_text().replace(str(tmp_path) + "/", ""))
     r = subprocess.run([BIN, "--check", "--config", str(rel)], capture_output=True, text=True, cwd="/")
     assert r.returncode == 0, r.stderr
+
+
+def make_ca_and_clients(directory, *names):
+    """A CA (ECDSA P-256) and a client certificate signed by it for each CN in names."""
+    ca_cert, ca_key = make_cert(directory, "clients-ca")
+    out = {}
+    for n in names:
+        key, csr, cert = directory / f"{n}.key", directory / f"{n}.csr", directory / f"{n}.pem"
+        subprocess.run(["openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                        "-keyout", str(key), "-out", str(csr), "-subj", f"/O=Example/CN={n}"],
+                       check=True, capture_output=True)
+        subprocess.run(["openssl", "x509", "-req", "-in", str(csr), "-CA", str(ca_cert), "-CAkey", str(ca_key),
+                        "-CAcreateserial", "-out", str(cert), "-days", "2"], check=True, capture_output=True)
+        out[n] = (cert, key)
+    return ca_cert, out
+
+
+MTLS_ROUTES = """  - name: per-cert
+    match: { path_prefix: / }
+    upstream: api
+    limits:
+      - name: per-cert
+        algorithm: fixed_window
+        key: client_cert
+        limit: 2
+        window: 1h
+"""
+
+
+def client_with_cert(cert=None):
+    ctx = client_context()
+    if cert:
+        ctx.load_cert_chain(str(cert[0]), str(cert[1]))
+    return ctx
+
+
+def statuses(g, ctx, n):
+    out = []
+    with tls_connect(g, ctx=ctx) as s:
+        for _ in range(n):
+            s.sendall(b"GET /echo HTTP/1.1\r\nHost: a.test\r\n\r\n")
+            out.append(read_response(s).status)
+    return out
+
+
+@pytest.mark.parametrize("mode", ["required", "optional"])
+def test_client_certificates_are_verified_and_limit_per_certificate(gateway_factory, certs, tmp_path, mode):
+    d = tmp_path / "clients"
+    d.mkdir()
+    ca, clients = make_ca_and_clients(d, "app-1", "app-2")
+    stranger = make_cert(d, "stranger")  # self-signed
+    more = f'  client_ca: "{ca}"\n  client_certificates: {mode}\n'
+    g = start_tls(gateway_factory, [certs["a"]], more=more, routes=MTLS_ROUTES)
+    # Each certificate is its own client: 2 each, then 429.
+    assert statuses(g, client_with_cert(clients["app-1"]), 3) == [200, 200, 429]
+    assert statuses(g, client_with_cert(clients["app-2"]), 3) == [200, 200, 429]
+    # A certificate no listed CA signed never gets through the handshake.
+    with pytest.raises((ssl.SSLError, ConnectionResetError, BrokenPipeError)):
+        statuses(g, client_with_cert(stranger), 1)
+    if mode == "required":
+        # (TLS 1.3: the refusal comes with the first read after the handshake)
+        with pytest.raises((ssl.SSLError, ConnectionResetError, BrokenPipeError)):
+            statuses(g, client_with_cert(None), 1)
+    else:
+        # No certificate: the limit's anonymous identity, one for all such clients.
+        assert statuses(g, client_with_cert(None), 3) == [200, 200, 429]
+        assert statuses(g, client_with_cert(None), 1) == [429]
