@@ -522,7 +522,8 @@ def test_memory_store_keeps_limiting_after_a_key_flood(gateway_factory):
     while "memory store under key pressure" not in g.log_text():
         assert time.monotonic() < deadline, g.log_text()[-2000:]
         time.sleep(0.02)
-    assert g.peak_rss_kib() < 200 * 1024, g.peak_rss_kib()
+    # (under the sanitizer, freed memory waits in its quarantine, up to 256 MiB)
+    assert g.peak_rss_kib() < (600 if SANITIZED else 200) * 1024, g.peak_rss_kib()
 
 
 def test_long_header_keys_still_count(gateway_factory):
