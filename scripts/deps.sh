@@ -8,14 +8,16 @@ build_pkgs=(g++ cmake ninja-build pkg-config ccache libboost1.81-dev libboost-sy
             libhiredis-dev libc-ares-dev libssl-dev prometheus-cpp-dev libjemalloc-dev liburing-dev catch2 curl)
 # What `ldd build/src/floodgate` needs, by Debian package (libc6, libgcc-s1 and
 # libstdc++6 are in every Debian system already).
-runtime_pkgs=(libboost-program-options1.81.0 libboost-url1.81.0 libboost-json1.81.0 libyaml-cpp0.7 libspdlog1.10
+# ca-certificates: the system's CA store, which upstreams' TLS verifies against by default.
+runtime_pkgs=(ca-certificates libboost-program-options1.81.0 libboost-url1.81.0 libboost-json1.81.0 libyaml-cpp0.7 libspdlog1.10
               libfmt9 libhiredis0.14 libc-ares2 libssl3 libprometheus-cpp-core1.0 libjemalloc2 liburing2)
 # buildah, debootstrap and iproute2: the image test (tests/docker/test_image.sh) builds and runs
 # the Dockerfile's image without a Docker engine; python3-yaml reads docker/'s files;
 # redis-sentinel for the Sentinel fixture (tests/integration/conftest.py, RedisSentinel).
 # clang-16, libfuzzer-16-dev and libclang-rt-16-dev: the fuzz targets (tests/fuzz, scripts/fuzz.sh).
 # wrk: the rate floods of tests/integration/test_accuracy.py (and the benchmarks).
-test_pkgs=(redis-server redis-sentinel python3 python3-pytest python3-yaml openssl faketime buildah debootstrap iproute2 wrk
+# testssl.sh: test_tls.py checks the TLS listener with it (protocols, ciphers, SNI).
+test_pkgs=(redis-server redis-sentinel python3 python3-pytest python3-yaml openssl testssl.sh faketime buildah debootstrap iproute2 wrk
            clang-16 libfuzzer-16-dev libclang-rt-16-dev)
 bench_pkgs=(nginx-light util-linux procps)
 

@@ -1,6 +1,7 @@
 #include <boost/program_options.hpp>
 #include <spdlog/spdlog.h>
 
+#include <csignal>
 #include <iostream>
 
 #include "admin/health_check_client.hpp"
@@ -21,6 +22,9 @@ __attribute__((used)) const char* malloc_conf = "background_thread:true,dirty_de
 }
 
 int main(int argc, char** argv) {
+  // OpenSSL writes to its sockets itself (write(2), not send with MSG_NOSIGNAL): a peer
+  // gone must be an EPIPE for that one connection, never the end of the process.
+  std::signal(SIGPIPE, SIG_IGN);
   po::options_description opts("floodgate — a rate-limiting HTTP reverse proxy\n\nUsage: floodgate [--check] --config FILE\n       floodgate --health-check URL\n\nOptions");
   opts.add_options()
       ("config,c", po::value<std::string>()->default_value("config/floodgate.yaml"), "configuration file")
@@ -53,11 +57,12 @@ int main(int argc, char** argv) {
     std::cerr << "floodgate: " << loaded.errors.size() << " error(s) in " << path << "\n";
     return 1;
   }
-  if (loaded.cfg->tls.listen) {
-    // The certificates and keys are read as a start would read them.
-    std::string error;
-    if (!fg::http::tls_server::build(loaded.cfg->tls, error)) {
-      std::cerr << error << "\nfloodgate: 1 error(s) in " << path << "\n";
+  {
+    // The certificates, keys and CA bundles are read as a start would read them.
+    std::vector<std::string> errors;
+    if (!fg::http::tls_contexts::read(*loaded.cfg, errors)) {
+      for (const auto& e : errors) std::cerr << e << "\n";
+      std::cerr << "floodgate: " << errors.size() << " error(s) in " << path << "\n";
       return 1;
     }
   }

@@ -35,6 +35,48 @@ namespace fg::app {
 
 using asio::ip::tcp;
 
+namespace {
+
+// The file's text, as the loader reads it ("" if it cannot be read).
+std::string read_file(const std::string& path) {
+  std::string text;
+  if (config::read_source_file(path, text)) text.clear();
+  return text;
+}
+
+// The files besides the configuration that a reload reads: the TLS certificates, keys
+// and CA bundles, the listener's and the upstreams'.
+std::vector<std::string> tls_files(const config::config& cfg) {
+  std::vector<std::string> out;
+  auto add = [&](const std::string& f) {
+    if (!f.empty()) out.push_back(f);
+  };
+  if (cfg.tls.listen) {
+    for (const auto& c : cfg.tls.certificates) {
+      add(c.cert);
+      add(c.key);
+    }
+    add(cfg.tls.client_ca);
+  }
+  for (const auto& u : cfg.upstreams)
+    if (u.tls.enabled) {
+      add(u.tls.ca);
+      add(u.tls.client_cert);
+      add(u.tls.client_key);
+    }
+  return out;
+}
+
+// An upstream whose servers' certificates are not checked is said so at every load.
+void warn_unverified(const config::config& cfg) {
+  for (const auto& u : cfg.upstreams)
+    if (u.tls.enabled && !u.tls.verify)
+      spdlog::warn("upstream {}: tls.verify is false: its servers' certificates are not checked (anyone on the path "
+                   "can pose as them)", u.name);
+}
+
+}  // namespace
+
 server::server(std::string path, std::shared_ptr<config::config> cfg) : path_(std::move(path)) {
   layout_.assign(*cfg);
   last_text_hash_ = cfg->hash;
@@ -42,13 +84,11 @@ server::server(std::string path, std::shared_ptr<config::config> cfg) : path_(st
   // Names are resolved before the first request: the workers start with their addresses.
   dns_.set(cfg->resolver, upstream::server_names(cfg->upstreams),
            [this] { asio::post(reload_ioc_, [this] { names_resolved(); }); });
-  std::shared_ptr<const http::tls_server> tls;
-  if (cfg->tls.listen) {
-    std::string error;
-    tls = http::tls_server::build(cfg->tls, error);
-    if (!tls) throw std::runtime_error(error);
-  }
-  rt_ = http::compiled_config::build(std::move(cfg), nullptr, dns_.answers(), std::move(tls));
+  std::vector<std::string> errors;
+  auto tls = http::tls_contexts::read(*cfg, errors);
+  if (!tls) throw std::runtime_error(errors.front());
+  warn_unverified(*cfg);
+  rt_ = http::compiled_config::build(std::move(cfg), nullptr, dns_.answers(), std::move(*tls));
 }
 
 server::~server() {
@@ -63,27 +103,6 @@ std::shared_ptr<const http::compiled_config> server::current() const {
 
 config::snapshot server::current_config() const { return current()->cfg; }
 
-namespace {
-
-// The file's text, as the loader reads it ("" if it cannot be read).
-std::string read_file(const std::string& path) {
-  std::string text;
-  if (config::read_source_file(path, text)) text.clear();
-  return text;
-}
-
-// The files besides the configuration that a reload reads: the TLS certificates and keys.
-std::vector<std::string> tls_files(const config::config& cfg) {
-  std::vector<std::string> out;
-  if (!cfg.tls.listen) return out;
-  for (const auto& c : cfg.tls.certificates) {
-    out.push_back(c.cert);
-    out.push_back(c.key);
-  }
-  return out;
-}
-
-}  // namespace
 
 std::vector<std::string> server::watched_files(const config::config& cfg) const {
   auto out = tls_files(cfg);
@@ -389,19 +408,15 @@ admin::reload_outcome server::reload(std::string_view why) {
   out.restart_needed = keep_restart_only(*next, *was->cfg);
   // The certificates are read again at every reload (a renewed one comes in with it);
   // one that cannot be used fails the reload as a bad file would.
-  std::shared_ptr<const http::tls_server> tls;
-  if (next->tls.listen) {
-    std::string error;
-    tls = http::tls_server::build(next->tls, error);
-    if (!tls) {
-      out.errors.push_back(error);
-      out.restart_needed.clear();
-      spdlog::error("reload ({}): {}", why, error);
-      spdlog::error("reload ({}): the configuration in effect is unchanged", why);
-      reloads_failed_.fetch_add(1, std::memory_order_relaxed);
-      return out;
-    }
+  auto tls = http::tls_contexts::read(*next, out.errors);
+  if (!tls) {
+    out.restart_needed.clear();
+    for (const auto& e : out.errors) spdlog::error("reload ({}): {}", why, e);
+    spdlog::error("reload ({}): the configuration in effect is unchanged", why);
+    reloads_failed_.fetch_add(1, std::memory_order_relaxed);
+    return out;
   }
+  warn_unverified(*next);
   warn_changed_algorithms(*next, *was->cfg, why);
   for (const auto& k : out.restart_needed)
     spdlog::warn("reload ({}): {} changed: it takes effect at the next restart (the old value stays)", why, k);
@@ -409,7 +424,7 @@ admin::reload_outcome server::reload(std::string_view why) {
   if (next->log.level != was->cfg->log.level) spdlog::set_level(spdlog::level::from_str(next->log.level));
   auto access = next->log == was->cfg->log ? access_ : obs::access_log::open(next->log);
   dns_.set(next->resolver, upstream::server_names(next->upstreams), {});
-  publish(http::compiled_config::build(next, was.get(), dns_.answers(), std::move(tls)), access, why);
+  publish(http::compiled_config::build(next, was.get(), dns_.answers(), std::move(*tls)), access, why);
   reloads_ok_.fetch_add(1, std::memory_order_relaxed);
   out.ok = true;
   out.hash = next->hash;

@@ -199,6 +199,20 @@ struct resolver_config {
   bool operator==(const resolver_config&) const = default;
 };
 
+// TLS to an upstream's servers: each server's certificate verified (against `ca`, else
+// the system's store) unless `verify` is false; `server_name`, else the server's host
+// name, sent as SNI and checked against the certificate; a client certificate if given.
+struct upstream_tls_config {
+  bool enabled = false;
+  bool verify = true;
+  std::string ca;           // a PEM bundle ("" = the system's store)
+  std::string server_name;  // "" = the name the server's address came from, else the address
+  std::string client_cert;  // PEM chain and key, both or neither
+  std::string client_key;
+  std::string where;  // "file:line" of the tls: mapping, for the errors found when the files are read
+  bool operator==(const upstream_tls_config&) const = default;
+};
+
 struct upstream_config {
   std::string name;
   // `address:` is the one-server form of `servers:` (weight 1).
@@ -218,6 +232,7 @@ struct upstream_config {
   // again, goes to another server (Envoy's per_try_timeout).
   duration try_timeout{0};
   std::size_t max_idle = 64;  // per server
+  upstream_tls_config tls;
 };
 
 struct limit_config {

@@ -24,8 +24,16 @@ std::optional<duration> detail::positive_duration(yaml_reader& r, const YAML::No
   return d;
 }
 
+std::optional<std::string> detail::file_path(yaml_reader& r, const YAML::Node& n) {
+  auto v = r.string(n);
+  if (!v || v->empty()) return v;
+  std::filesystem::path p(*v);
+  return p.is_absolute() ? *v : (std::filesystem::path(r.file()).parent_path() / p).string();
+}
+
 namespace {
 
+using detail::file_path;
 using detail::present;
 using detail::set;
 
@@ -233,13 +241,7 @@ class loader {
     }
     if (auto n = o.get("handshake_timeout"); present(n)) set(t.handshake_timeout, positive_duration(n));
     if (auto n = o.get("max_handshakes"); present(n)) set(t.max_handshakes, r_.unsigned_int(n, 1, 1'000'000));
-    if (auto n = o.get("client_ca"); present(n)) {
-      auto v = r_.string(n);
-      if (v && !v->empty()) {
-        std::filesystem::path p(*v);
-        t.client_ca = p.is_absolute() ? *v : (std::filesystem::path(r_.file()).parent_path() / p).string();
-      }
-    }
+    if (auto n = o.get("client_ca"); present(n)) set(t.client_ca, file_path(r_, n));
     if (auto n = o.get("client_certificates"); present(n)) {
       if (auto s = r_.one_of(n, {"required", "optional"})) t.clients_optional = *s == "optional";
       if (t.client_ca.empty()) r_.error(n, "tls.client_certificates is read with tls.client_ca only");
@@ -251,16 +253,8 @@ class loader {
     if (!co.ok()) return;
     tls_certificate c;
     c.where = r_.file() + ":" + std::to_string(item.Mark().line + 1);
-    // A relative path is the configuration file's folder's.
-    auto path = [&](const YAML::Node& n, std::string& out) {
-      auto v = r_.string(n);
-      if (!v || v->empty()) return;
-      std::filesystem::path p(*v);
-      out = p.is_absolute() ? *v : (std::filesystem::path(r_.file()).parent_path() / p).string();
-    };
-    auto cert = co.get("cert"), key = co.get("key");
-    if (present(cert)) path(cert, c.cert);
-    if (present(key)) path(key, c.key);
+    if (auto n = co.get("cert"); present(n)) set(c.cert, file_path(r_, n));
+    if (auto n = co.get("key"); present(n)) set(c.key, file_path(r_, n));
     if (c.cert.empty() || c.key.empty()) r_.error(item, "a certificate needs cert and key (PEM file paths)");
     else t.certificates.push_back(std::move(c));
   }

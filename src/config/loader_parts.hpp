@@ -20,6 +20,10 @@ void set(T& dst, const std::optional<U>& v) {
 // A duration above zero; else an error at `n`.
 std::optional<duration> positive_duration(yaml_reader& r, const YAML::Node& n);
 
+// A file's path, a relative one taken from the configuration file's folder (nullopt,
+// with an error at `n`, if it is no string; "" if it is empty).
+std::optional<std::string> file_path(yaml_reader& r, const YAML::Node& n);
+
 // A limit key or hash key: global, ip, header:<Name>, query:<name>, cookie:<name> or client_cert.
 std::optional<key_source> key_source_of(yaml_reader& r, const YAML::Node& n);
 

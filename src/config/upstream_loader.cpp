@@ -45,7 +45,7 @@ class upstream_loader {
       r_.error(servers_n, "upstream '" + u.name + "' has both address and servers (use one)");
     } else if (present(addr)) {
       if (auto ep = r_.parsed<endpoint>(addr, parse_endpoint, "upstream address (want host:port)"))
-        u.servers.push_back({*ep, 1});
+        u.servers.push_back({*ep, 1, {}});
     } else if (present(servers_n)) {
       servers(servers_n, u);
     } else {
@@ -67,6 +67,28 @@ class upstream_loader {
     if (auto n = o.get("response_timeout"); present(n)) set(u.response_timeout, positive_duration(r_, n));
     if (auto n = o.get("try_timeout"); present(n)) set(u.try_timeout, positive_duration(r_, n));
     if (auto n = o.get("max_idle"); present(n)) set(u.max_idle, r_.unsigned_int(n, 0, 100000));
+    if (auto n = o.get("tls"); present(n)) tls(n, u.tls);
+  }
+
+  void tls(const YAML::Node& node, upstream_tls_config& t) {
+    yaml_reader::object o(r_, node, "tls");
+    if (!o.ok()) return;
+    t.enabled = true;
+    t.where = r_.file() + ":" + std::to_string(node.Mark().line + 1);
+    if (auto n = o.get("verify"); present(n)) set(t.verify, r_.boolean(n));
+    if (auto n = o.get("ca"); present(n)) set(t.ca, file_path(r_, n));
+    if (auto n = o.get("server_name"); present(n))
+      if (auto v = r_.string(n)) {
+        // (sent in the handshake and matched against the certificate: a host name)
+        if (!visible(*v, 253, "/:@[]")) r_.error(n, "tls.server_name must be a host name (at most 253 characters)");
+        else t.server_name = *v;
+      }
+    auto cert = o.get("client_cert"), key = o.get("client_key");
+    if (present(cert)) set(t.client_cert, file_path(r_, cert));
+    if (present(key)) set(t.client_key, file_path(r_, key));
+    if (t.client_cert.empty() != t.client_key.empty())
+      r_.error(present(cert) ? cert : key, "tls.client_cert and tls.client_key go together (PEM file paths)");
+    if (!t.verify && !t.ca.empty()) r_.error(o.get("ca"), "tls.ca is read with verify: true only");
   }
 
   void servers(const YAML::Node& node, upstream_config& u) {

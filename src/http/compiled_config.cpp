@@ -8,7 +8,7 @@ namespace fg::http {
 
 std::shared_ptr<const compiled_config> compiled_config::build(config::snapshot cfg, const compiled_config* previous,
                                                               const upstream::dns_answers& answers,
-                                                              std::shared_ptr<const tls_server> tls) {
+                                                              tls_contexts tls) {
   auto rt = std::make_shared<compiled_config>();
   for (const auto& r : cfg->routes) {
     const bool prefix = r.match.path.empty();
@@ -45,7 +45,7 @@ std::shared_ptr<const compiled_config> compiled_config::build(config::snapshot c
     rt->upstream_hosts.push_back(u.servers.empty() ? std::string() : u.servers.front().address.str());
   }
   rt->upstreams = upstream::expand(cfg->upstreams, answers);
-  rt->servers = upstream::server_set::build(rt->upstreams, previous ? previous->servers.get() : nullptr);
+  rt->servers = upstream::server_set::build(rt->upstreams, previous ? previous->servers.get() : nullptr, tls.upstreams);
   rt->tls = std::move(tls);
   rt->cfg = std::move(cfg);
   return rt;

@@ -36,13 +36,14 @@ struct compiled_config {
   // `previous` for the servers a reload keeps).
   std::shared_ptr<const upstream::server_set> servers;
 
-  // The TLS listener's certificates (null: no tls.listen), read when the configuration was.
-  std::shared_ptr<const tls_server> tls;
+  // The TLS listener's certificates and the upstreams' client sides, read when the
+  // configuration was.
+  tls_contexts tls;
 
   // `answers`: the addresses of the servers' names (none: a named server has none).
   static std::shared_ptr<const compiled_config> build(config::snapshot cfg, const compiled_config* previous = nullptr,
                                                       const upstream::dns_answers& answers = {},
-                                                      std::shared_ptr<const tls_server> tls = nullptr);
+                                                      tls_contexts tls = {});
 };
 
 }  // namespace fg::http

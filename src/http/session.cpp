@@ -5,6 +5,7 @@
 
 #include <optional>
 
+#include "http/parked.hpp"
 #include "http/session_read.ipp"
 #include "http/session_upstream.ipp"
 #include "obs/logging.hpp"
@@ -22,39 +23,7 @@ namespace {
 using detail::tcp;
 using detail::error_code;
 
-// A keep-alive connection between requests, idle past deadline::lean_after: its socket, its
-// deadline entry, and one wait for readability; no session, frame or buffer. Readable,
-// it gets a new session; past idle_timeout or on drain it is closed.
-struct parked {
-  worker_context& ctx;
-  tcp::socket socket;
-  deadline::board::watch entry;
-
-  parked(worker_context& c, tcp::socket s) : ctx(c), socket(std::move(s)), entry(ctx.deadlines.open(&socket)) {
-    entry->lean = true;  // already lean: the sweeper only watches its deadline
-    ++ctx.parked;
-  }
-  ~parked() {
-    --ctx.parked;
-    if (socket.is_open() && ctx.connections) ctx.connections->open.fetch_sub(1, std::memory_order_relaxed);
-  }
-};
-
 void spawn(worker_context& ctx, tcp::socket socket, bool resumed);
-
-void park(worker_context& ctx, tcp::socket socket, std::chrono::steady_clock::time_point deadline) {
-  auto p = std::make_unique<parked>(ctx, std::move(socket));
-  p->entry->arm_at(deadline);
-  auto& s = p->socket;
-  s.async_wait(tcp::socket::wait_read, [p = std::move(p)](error_code ec) mutable {
-    // Timed out, drained or reset: ~parked closes it and gives its count back.
-    if (ec || p->entry->expired || p->ctx.draining) return;
-    auto& ctx = p->ctx;
-    auto socket = std::move(p->socket);
-    p.reset();
-    spawn(ctx, std::move(socket), true);
-  });
-}
 
 boost::asio::awaitable<void> serve(worker_context& ctx, tcp::socket socket, bool resumed) {
   std::optional<tcp::socket> idle;
@@ -72,7 +41,7 @@ boost::asio::awaitable<void> serve(worker_context& ctx, tcp::socket socket, bool
       idle.emplace(s.release_socket());
     }
   }
-  if (idle) park(ctx, std::move(*idle), deadline);
+  if (idle) detail::park(ctx, std::move(*idle), deadline, [](worker_context& c, tcp::socket s) { spawn(c, std::move(s), true); });
 }
 
 void spawn(worker_context& ctx, tcp::socket socket, bool resumed) {

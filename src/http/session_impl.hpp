@@ -51,11 +51,10 @@ inline error_code timed(const deadline::entry& e, error_code ec) {
   return ec && e.expired ? error_code(beast::error::timeout) : ec;
 }
 
-// What the session asks of its downstream stream beyond reading and writing. Only a
-// socket has idle waits with no buffer (lean), parking and tunnels; a TLS stream over a
-// socket (ssl::stream, the TLS listener's) has the socket's deadlines (the sweeper
-// cancels its socket), deferred reads and a close of its socket; a test stream has
-// reads and writes, and close().
+// What the session asks of its downstream stream beyond reading and writing. A socket,
+// and a TLS stream over one (tls::stream, the TLS listener's), have idle waits with no
+// buffer (lean), parking, tunnels, deadlines (the sweeper cancels the socket) and
+// deferred reads; a test stream has reads and writes, and close().
 template <class Stream>
 inline constexpr bool is_socket = std::is_same_v<Stream, tcp::socket>;
 template <class Stream>
@@ -69,11 +68,18 @@ tcp::socket* socket_of(Stream& s) {
   else if constexpr (is_tls<Stream>) return &s.next_layer();
   else return nullptr;
 }
+// OpenSSL holds bytes of the peer's that a wait for the socket's readability would not see.
+template <class Stream>
+bool holds_input(const Stream& s) {
+  if constexpr (is_tls<Stream>) return s.holds_input();
+  else return false;
+}
 // The completion token for a read of the stream's own: deferred (no coroutine frame) on
 // a socket; Beast's test stream predates deferred, and is awaited through use_awaitable.
 template <class Stream>
 constexpr auto read_token() {
-  if constexpr (is_socket<Stream> || is_tls<Stream>) return deferred_tuple;
+  if constexpr (is_socket<Stream> || is_tls<Stream> || std::is_same_v<Stream, upstream::connection>)
+    return deferred_tuple;
   else return asio::as_tuple(asio::use_awaitable);
 }
 // Ends our sending side (a socket's half-close; under TLS, the TCP one: the response

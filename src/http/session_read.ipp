@@ -67,11 +67,11 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::read_head(bo
       }
     }
     watch_->arm_at(deadline == clock::time_point::max() ? deadline::after(http.idle_timeout) : deadline);
-    if constexpr (is_socket<Stream>) {
+    if constexpr (is_socket<Stream> || is_tls<Stream>) {
       if (watch_->lean) {
         // Idle for a while: wait for bytes with no buffer at all.
         release_idle_memory();
-        auto [wec] = co_await socket_.async_wait(tcp::socket::wait_read, deferred_tuple);
+        auto [wec] = co_await socket_of(socket_)->async_wait(tcp::socket::wait_read, deferred_tuple);
         watch_->lean = false;
         if (wec && watch_->expired) {
           watch_->idle = false;  // the sweeper must not take back the answer's write
@@ -81,8 +81,8 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::read_head(bo
         if (wec) co_return outcome::closed;
       }
     }
-    // (a TLS stream may hold bytes of its own: it always reads, never parks)
-    if (!is_tls<Stream> && buffer_.size() == 0) watch_->lean_at = deadline::after(deadline::lean_after);
+    // (not while OpenSSL holds bytes of the client's: the socket would not show them)
+    if (buffer_.size() == 0 && !holds_input(socket_)) watch_->lean_at = deadline::after(deadline::lean_after);
     // A head usually fits in 4 KiB: reads grow past that only for larger ones.
     auto space = std::min<std::size_t>(buffer_.max_size() - buffer_.size(), buffer_.size() ? 16384 : 4096);
     // (a read of no bytes completes at once: a full buffer would spin, never time out)
@@ -91,7 +91,7 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::read_head(bo
     // The sweeper took back an idle read to wait without its buffer: between requests the
     // connection is parked (no session at all), a new one waits here with nothing held.
     if (ec == asio::error::operation_aborted && watch_->lean && !watch_->expired && !ctx_.draining) {
-      if (!first && buffer_.size() == 0) co_return outcome::park;
+      if (!first && buffer_.size() == 0 && !holds_input(socket_)) co_return outcome::park;
       continue;
     }
     watch_->lean = false;
@@ -190,6 +190,7 @@ void session<Stream>::begin_request() {
 
 template <class Stream>
 void session<Stream>::release_idle_memory() {
+  if constexpr (is_tls<Stream>) socket_.release_buffers();
   buffer_.shrink_to_fit();  // empty: gives the storage back
   parser_.release();
   rp_.release();

@@ -1,17 +1,20 @@
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/ssl/stream.hpp>
 #include <spdlog/spdlog.h>
 
+#include <optional>
+
+#include "http/parked.hpp"
 #include "http/session.hpp"
 #include "http/session_read.ipp"
 #include "http/session_upstream.ipp"
 #include "obs/logging.hpp"
+#include "tls/stream.hpp"
 
 // The session over TLS (the TLS listener's connections), in a file of its own: the
-// session's code compiled for a second stream type, beside session.cpp's.
+// session's code compiled for a second stream type, beside session.cpp's; the
+// handshake before it, and parking between requests as for plain connections.
 namespace fg::http::detail {
-using tls_stream = boost::asio::ssl::stream<tcp::socket>;
-template class session<tls_stream>;
+template class session<tls::stream>;
 }  // namespace fg::http::detail
 
 namespace fg::http {
@@ -20,7 +23,6 @@ namespace {
 
 using detail::error_code;
 using detail::tcp;
-using detail::tls_stream;
 
 // Logged at most every 5 s, with the count since the last line.
 void note(std::uint64_t& count, std::int64_t& last_ms, const char* what, unsigned worker) {
@@ -31,42 +33,70 @@ void note(std::uint64_t& count, std::int64_t& last_ms, const char* what, unsigne
   spdlog::warn("worker {}: {} TLS connection(s) {} so far", worker, count, what);
 }
 
-boost::asio::awaitable<void> serve_tls(worker_context& ctx, tcp::socket socket, std::shared_ptr<const tls_server> tls) {
-  error_code ec;
-  net::address peer;
-  if (auto ep = socket.remote_endpoint(ec); !ec) peer = net::normalize(ep.address());
-  socket.set_option(tcp::no_delay(true), ec);
-  tls_stream stream(std::move(socket), tls->context());
-  bool shaken = false;
+void spawn(worker_context& ctx, tls::stream stream, bool resumed);
+
+// The sessions of one connection, past its handshake: parked while idle between them.
+boost::asio::awaitable<void> serve(worker_context& ctx, tls::stream stream, bool resumed) {
+  std::optional<tls::stream> idle;
+  std::chrono::steady_clock::time_point deadline;
   {
+    error_code ec;
+    net::address peer;
+    if (auto ep = stream.next_layer().remote_endpoint(ec); !ec) peer = net::normalize(ep.address());
+    auto subject = tls_server::client_subject(stream.native_handle());
+    detail::session<tls::stream> s(ctx, std::move(stream), peer, resumed);
+    s.set_client_cert(std::move(subject));
+    // (GCC 12: no co_await inside a condition.)
+    const bool to_park = co_await s.run();
+    if (to_park) {
+      deadline = s.idle_deadline();
+      idle.emplace(s.release_socket());
+    }
+  }
+  if (idle)
+    detail::park(ctx, std::move(*idle), deadline, [](worker_context& c, tls::stream s) { spawn(c, std::move(s), true); });
+}
+
+void spawn(worker_context& ctx, tls::stream stream, bool resumed) {
+  auto executor = stream.get_executor();
+  boost::asio::co_spawn(executor, serve(ctx, std::move(stream), resumed),
+                        obs::logged_end{"TLS session ended by exception"});
+}
+
+boost::asio::awaitable<void> handshake(worker_context& ctx, tcp::socket socket, std::shared_ptr<const tls_server> tls) {
+  error_code ec;
+  socket.set_option(tcp::no_delay(true), ec);
+  tls::stream stream(std::move(socket), tls->context());
+  bool shaken = false;
+  if (stream.native_handle()) {
     // The handshake is bounded as a request head is: the sweeper closes it at its time.
     auto watch = ctx.deadlines.open(&stream.next_layer());
     watch->arm(ctx.rt->cfg->tls.handshake_timeout);
-    auto [hec] = co_await stream.async_handshake(boost::asio::ssl::stream_base::server,
-                                                 boost::asio::as_tuple(boost::asio::use_awaitable));
-    --ctx.handshakes;
+    auto [hec, n] = co_await stream.async_handshake(util::use_tuple);
     shaken = !hec && !watch->expired;
     if (!shaken) {
       static thread_local std::int64_t last = 0;
-      spdlog::debug("{}: TLS handshake failed: {}", peer.to_string(), watch->expired ? "timed out" : hec.message());
+      if (spdlog::should_log(spdlog::level::debug)) {
+        net::address peer;
+        if (auto ep = stream.next_layer().remote_endpoint(ec); !ec) peer = net::normalize(ep.address());
+        spdlog::debug("{}: TLS handshake failed: {}", peer.to_string(), watch->expired ? "timed out" : hec.message());
+      }
       note(ctx.handshakes_failed, last, "failed their handshake (or timed out)", ctx.id);
     }
   }
+  --ctx.handshakes;
   if (!shaken) {
     stream.next_layer().close(ec);
     if (ctx.connections) ctx.connections->open.fetch_sub(1, std::memory_order_relaxed);
     co_return;
   }
-  auto subject = tls_server::client_subject(stream.native_handle());
-  detail::session<tls_stream> s(ctx, std::move(stream), peer, false);
-  s.set_client_cert(std::move(subject));
-  co_await s.run();
+  spawn(ctx, std::move(stream), false);
 }
 
 }  // namespace
 
 void start_tls_session(worker_context& ctx, tcp::socket socket) {
-  auto tls = ctx.rt->tls;
+  auto tls = ctx.rt->tls.listener;
   if (!tls || ctx.handshakes >= ctx.rt->cfg->tls.max_handshakes) {
     // A handshake flood must not take the worker from the connections it serves.
     static thread_local std::int64_t last = 0;
@@ -78,7 +108,7 @@ void start_tls_session(worker_context& ctx, tcp::socket socket) {
   }
   ++ctx.handshakes;
   auto executor = socket.get_executor();
-  boost::asio::co_spawn(executor, serve_tls(ctx, std::move(socket), std::move(tls)),
+  boost::asio::co_spawn(executor, handshake(ctx, std::move(socket), std::move(tls)),
                         obs::logged_end{"TLS session ended by exception"});
 }
 

@@ -139,8 +139,9 @@ auto session<Stream>::write_up(upstream::connection& up, std::span<const asio::c
   watch_->arm(timeout);
   return asio::async_initiate<decltype(deferred_tuple), void(error_code, std::size_t)>(
       [&up, bufs](auto handler) {
-        // Resumed with a batch from Redis: the batch's writes go out together.
-        if (auto* batch = upstream::send_batch::current()) batch->add(up.socket, bufs, std::move(handler));
+        // Resumed with a batch from Redis: the batch's writes go out together (in plain TCP).
+        if (up.tls) asio::async_write(up, bufs, std::move(handler));
+        else if (auto* batch = upstream::send_batch::current()) batch->add(up.socket, bufs, std::move(handler));
         else asio::async_write(up.socket, bufs, std::move(handler));
       },
       deferred_tuple);
@@ -265,7 +266,7 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
   const auto& cfg = *rt_->cfg;
   const auto& route = cfg.routes[static_cast<std::size_t>(ad_.route)];
   const auto& up_cfg = rt_->upstreams[route.upstream_index];
-  const bool upgrade = !is_tls<Stream> && ad_.has_upgrade && !ad_.has_body() && is_upgrade_request(req.base());
+  const bool upgrade = ad_.has_upgrade && !ad_.has_body() && is_upgrade_request(req.base());
   build_request_head(route, upgrade);
   std::size_t piece = 0;
   if (ad_.has_expect && !util::iequals(ad_.expect, "100-continue")) co_return co_await send_local(417, false);
@@ -280,9 +281,9 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
   upstream::connection_ptr up;
   // Declared after `up`, so destroyed before it: the sweeper never sees a freed socket.
   forget_upstream forget{*watch_, choice_};
-  choice_.begin(*ctx_.pool, up_cfg, rt_->servers->of(route.upstream_index), balance_key(up_cfg), deadline::coarse_now);
-  exchange_state st;
-  st.retry_safe = is_idempotent(req.method()) && !ad_.has_body();
+  const auto& servers = rt_->servers->of(route.upstream_index);
+  choice_.begin(*ctx_.pool, up_cfg, servers, balance_key(up_cfg), deadline::coarse_now);
+  exchange_state st{.retry_safe = is_idempotent(req.method()) && !ad_.has_body()};
   for (bool idle_ok = true;;) {
     error_code ec;
     auto at = stage::connect;
@@ -290,7 +291,7 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
     const auto try_end = up_cfg.try_timeout.count() > 0 ? deadline::coarse_now + up_cfg.try_timeout : clock::time_point::max();
     // (GCC 12: no co_await inside a conditional expression.)
     if (idle_ok) up = ctx_.pool->take_idle(up_cfg, *watch_, choice_.server());
-    if (!up) up = co_await ctx_.pool->connect(up_cfg, *watch_, ec, choice_.server());
+    if (!up) up = co_await ctx_.pool->connect(up_cfg, *watch_, ec, choice_.server(), servers.tls.get());
     if (up) {
       // Head and first body piece in one write.
       at = stage::send;
@@ -311,7 +312,7 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
       prepare_response_parser();
       std::size_t unused = 0;
       const auto left = try_left(up_cfg, try_end);
-      ec = co_await read_into(*watch_, up->socket, up->buffer, *rp_, left, unused, true);
+      ec = co_await read_into(*watch_, *up, up->buffer, *rp_, left, unused, true);
       st.try_expired = ec == beast::error::timeout && left < up_cfg.response_timeout;
       const auto code = rp_->get().result_int();
       more = !ec && code >= 100 && code < 200 && code != 101;
@@ -422,7 +423,7 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::relay_respon
       res.body().data = buf;
       res.body().size = body_chunk;
       if (auto r = feed(up.buffer, *rp_, body_chunk, piece, false)) ec = *r;
-      else ec = co_await read_into(*watch_, up.socket, up.buffer, *rp_, cfg.response_timeout, piece, false, vet);
+      else ec = co_await read_into(*watch_, up, up.buffer, *rp_, cfg.response_timeout, piece, false, vet);
       complete = !ec && rp_->is_done();
     }
     if (ec) {
@@ -465,8 +466,8 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::run_upgrade(
   std::function<void()> renew;
   const auto every = std::chrono::milliseconds(limit::renewal_interval_ms(limits_));
   if (every.count() > 0) renew = [this] { limits_.holder->renew(limits_); };
-  if constexpr (is_socket<Stream>) {
-    auto stats = co_await run_tunnel(*watch_, socket_, buffer_, up.socket, up.buffer, rt_->cfg->http.idle_timeout,
+  if constexpr (is_socket<Stream> || is_tls<Stream>) {
+    auto stats = co_await run_tunnel(*watch_, socket_, buffer_, up, up.buffer, rt_->cfg->http.idle_timeout,
                                      std::move(renew), every);
     bytes_in_ += stats.down_to_up;
     bytes_out_ += stats.up_to_down;

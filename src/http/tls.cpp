@@ -7,11 +7,14 @@
 
 #include <algorithm>
 
+#include "tls/channel.hpp"
+#include "tls/client_context.hpp"
 #include "util/text.hpp"
 
 namespace fg::http {
 
 namespace ssl = boost::asio::ssl;
+using tls::openssl_errors;
 
 struct tls_server::entry {
   ssl::context ctx{ssl::context::tls_server};
@@ -19,17 +22,6 @@ struct tls_server::entry {
 };
 
 namespace {
-
-// OpenSSL's queued errors, the last (most specific) first, as one line.
-std::string openssl_errors() {
-  std::string out;
-  while (unsigned long e = ERR_get_error()) {
-    char buf[256];
-    ERR_error_string_n(e, buf, sizeof buf);
-    out = out.empty() ? std::string(buf) : std::string(buf) + "; " + out;
-  }
-  return out.empty() ? "unknown error" : out;
-}
 
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
@@ -85,7 +77,7 @@ std::string tls_server::client_subject(void* handle) {
   return out;
 }
 
-ssl::context& tls_server::context() const { return entries_.front()->ctx; }
+SSL_CTX* tls_server::context() const { return entries_.front()->ctx.native_handle(); }
 
 std::vector<std::vector<std::string>> tls_server::names() const {
   std::vector<std::vector<std::string>> out;
@@ -128,11 +120,14 @@ std::shared_ptr<const tls_server> tls_server::build(const config::tls_config& cf
       error = "tls.ciphers '" + cfg.ciphers + "': " + openssl_errors();
       return nullptr;
     }
-    SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
+    SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION | SSL_OP_IGNORE_UNEXPECTED_EOF);
     SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
     SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
     SSL_CTX_sess_set_cache_size(ctx, 20'000);
     SSL_CTX_set_session_id_context(ctx, session_context, sizeof session_context - 1);
+    // TLS 1.3: one ticket per full handshake (OpenSSL's default of two costs a second
+    // ticket's encryption and session copy on every new connection; a client resumes with one).
+    SSL_CTX_set_num_tickets(ctx, 1);
     SSL_CTX_set_alpn_select_cb(ctx, select_alpn, nullptr);
     if (!cfg.client_ca.empty()) {
       // Client certificates (mTLS): asked for with the CA's names, verified against it.
@@ -167,6 +162,20 @@ std::shared_ptr<const tls_server> tls_server::build(const config::tls_config& cf
       return SSL_TLSEXT_ERR_OK;
     });
   }
+  return out;
+}
+
+std::optional<tls_contexts> tls_contexts::read(const config::config& cfg, std::vector<std::string>& errors) {
+  tls_contexts out;
+  const auto before = errors.size();
+  std::string error;
+  if (cfg.tls.listen && !(out.listener = tls_server::build(cfg.tls, error))) errors.push_back(error);
+  for (const auto& u : cfg.upstreams) {
+    out.upstreams.emplace_back();
+    if (!u.tls.enabled) continue;
+    if (!(out.upstreams.back() = tls::client_context::build(u.tls, u.name, error))) errors.push_back(error);
+  }
+  if (errors.size() != before) return std::nullopt;
   return out;
 }
 

@@ -1,5 +1,6 @@
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -9,6 +10,11 @@
 namespace boost::asio::ssl {
 class context;
 }
+namespace fg::tls {
+class client_context;
+}
+struct ssl_ctx_st;
+using SSL_CTX = ssl_ctx_st;
 
 namespace fg::http {
 
@@ -31,8 +37,8 @@ class tls_server {
   // PATH: what OpenSSL says") when one cannot be used.
   static std::shared_ptr<const tls_server> build(const config::tls_config& cfg, std::string& error);
 
-  // The default context, which a new connection's stream starts from.
-  boost::asio::ssl::context& context() const;
+  // The default context, which a new connection starts from.
+  SSL_CTX* context() const;
   // The names (lower case) each certificate answers for, in tls.certificates' order.
   std::vector<std::vector<std::string>> names() const;
   // Which certificate a client asking for `server_name` gets (its index).
@@ -45,6 +51,18 @@ class tls_server {
   tls_server() = default;
   struct entry;
   std::vector<std::unique_ptr<entry>> entries_;
+};
+
+// Everything TLS a configuration names, read from its files: the listener's certificates
+// and each upstream's client side. Read at the start, by --check and at every reload (a
+// file that cannot be used fails the reload as a bad configuration does).
+struct tls_contexts {
+  std::shared_ptr<const tls_server> listener;  // null: no tls.listen
+  // By upstream index (null: plain TCP to its servers).
+  std::vector<std::shared_ptr<const tls::client_context>> upstreams;
+
+  // Null with every error (one per file that cannot be used) in `errors`.
+  static std::optional<tls_contexts> read(const config::config& cfg, std::vector<std::string>& errors);
 };
 
 }  // namespace fg::http

@@ -8,6 +8,9 @@
 #include <boost/asio/write.hpp>
 
 #include <memory>
+
+#include "tls/stream.hpp"
+#include "upstream/connection.hpp"
 #include "util/asio.hpp"
 
 namespace fg::http {
@@ -18,15 +21,17 @@ using asio::ip::tcp;
 
 namespace {
 
-void close_both(tcp::socket& a, tcp::socket& b) {
+template <class A, class B>
+void close_both(A& a, B& b) {
   boost::system::error_code ignored;
-  a.close(ignored);
-  b.close(ignored);
+  a.lowest_layer().close(ignored);
+  b.lowest_layer().close(ignored);
 }
 
 // One direction. Activity either way pushes the shared deadline forward.
-asio::awaitable<void> pump(deadline::entry& session, tcp::socket& from, beast::flat_buffer& pending,
-                           tcp::socket& to, std::chrono::milliseconds idle, std::uint64_t& count) {
+template <class From, class To>
+asio::awaitable<void> pump(deadline::entry& session, From& from, beast::flat_buffer& pending, To& to,
+                           std::chrono::milliseconds idle, std::uint64_t& count) {
   if (pending.size()) {
     session.arm(idle);
     auto [ec, n] = co_await asio::async_write(to, pending.data(), use_tuple);
@@ -43,7 +48,7 @@ asio::awaitable<void> pump(deadline::entry& session, tcp::socket& from, beast::f
     auto [rec, n] = co_await from.async_read_some(asio::buffer(buf.get(), 16384), use_tuple);
     if (rec == asio::error::eof) {
       boost::system::error_code ignored;
-      to.shutdown(tcp::socket::shutdown_send, ignored);
+      to.lowest_layer().shutdown(tcp::socket::shutdown_send, ignored);
       co_return;
     }
     if (rec) {
@@ -75,8 +80,9 @@ asio::awaitable<void> renew_loop(std::function<void()> renew, std::chrono::milli
   }
 }
 
-asio::awaitable<tunnel_stats> run_tunnel(deadline::entry& session, tcp::socket& down, beast::flat_buffer& down_buf,
-                                         tcp::socket& up, beast::flat_buffer& up_buf, std::chrono::milliseconds idle,
+template <class Down, class Up>
+asio::awaitable<tunnel_stats> run_tunnel(deadline::entry& session, Down& down, beast::flat_buffer& down_buf, Up& up,
+                                         beast::flat_buffer& up_buf, std::chrono::milliseconds idle,
                                          std::function<void()> renew, std::chrono::milliseconds renew_every) {
   using namespace asio::experimental::awaitable_operators;
   tunnel_stats stats;
@@ -91,5 +97,13 @@ asio::awaitable<tunnel_stats> run_tunnel(deadline::entry& session, tcp::socket& 
   }
   co_return stats;
 }
+
+// The session's streams (a socket or the TLS listener's) to an upstream's connection.
+template asio::awaitable<tunnel_stats> run_tunnel(deadline::entry&, tcp::socket&, beast::flat_buffer&,
+                                                  upstream::connection&, beast::flat_buffer&, std::chrono::milliseconds,
+                                                  std::function<void()>, std::chrono::milliseconds);
+template asio::awaitable<tunnel_stats> run_tunnel(deadline::entry&, tls::stream&, beast::flat_buffer&,
+                                                  upstream::connection&, beast::flat_buffer&, std::chrono::milliseconds,
+                                                  std::function<void()>, std::chrono::milliseconds);
 
 }  // namespace fg::http

@@ -20,8 +20,10 @@ struct tunnel_stats {
 // neither side has moved a byte for `idle` (the session's deadline). Bytes already
 // buffered on either side go first. With `renew`, it is called every `renew_every`
 // while the tunnel lasts (a concurrency lease outliving its lifetime).
-boost::asio::awaitable<tunnel_stats> run_tunnel(deadline::entry& session, boost::asio::ip::tcp::socket& down,
-                                                boost::beast::flat_buffer& down_buf, boost::asio::ip::tcp::socket& up,
+// Down: the session's stream (tcp::socket or tls::stream); Up: upstream::connection.
+template <class Down, class Up>
+boost::asio::awaitable<tunnel_stats> run_tunnel(deadline::entry& session, Down& down,
+                                                boost::beast::flat_buffer& down_buf, Up& up,
                                                 boost::beast::flat_buffer& up_buf, std::chrono::milliseconds idle,
                                                 std::function<void()> renew = {},
                                                 std::chrono::milliseconds renew_every = {});

@@ -2,6 +2,7 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -9,7 +10,6 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
@@ -19,6 +19,7 @@
 #include <optional>
 
 #include "obs/logging.hpp"
+#include "upstream/connection.hpp"
 #include "util/asio.hpp"
 
 namespace fg::upstream {
@@ -53,37 +54,48 @@ std::string words(check_result r) {
   return "passed";
 }
 
-failure_kind failure_of(const boost::system::error_code& ec, failure_kind otherwise) {
-  return ec == beast::error::timeout ? failure_kind::timeout : otherwise;
-}
-
-// One check: a new connection, one GET with Connection: close, the answer's head; the
-// whole of it within h.timeout. The Host is health.host, else the name the server's
-// address came from, else the address.
-asio::awaitable<check_result> check_once(const upstream_servers& u, const server& s) {
+// One check's exchange: a new connection (TLS where the upstream has it), one GET with
+// Connection: close, the answer's head. The Host is health.host, else the name the
+// server's address came from, else the address.
+asio::awaitable<check_result> exchange(const upstream_servers& u, const server& s, connection& c) {
   const auto& h = u.health;
-  auto ex = co_await asio::this_coro::executor;
   boost::system::error_code aec;
   const tcp::endpoint ep(asio::ip::make_address(s.cfg.address.host, aec), s.cfg.address.port);
   if (aec) co_return check_result{failure_kind::connect};  // (servers are addresses: see upstream::expand)
-  beast::tcp_stream stream(ex);
-  stream.expires_after(h.timeout);
-  auto [cec] = co_await stream.async_connect(ep, use_tuple);
-  if (cec) co_return check_result{failure_of(cec, failure_kind::connect)};
+  auto [cec] = co_await c.socket.async_connect(ep, use_tuple);
+  if (cec) co_return check_result{failure_kind::connect};
+  if (u.tls) {
+    const auto tls_host = s.cfg.name.empty() ? std::string_view(s.cfg.address.host) : host_of(s.cfg.name);
+    if (auto hec = co_await start_tls(c, *u.tls, tls_host, nullptr)) {
+      spdlog::debug("upstream {} ({}): health check: TLS: {}", u.name, s.address, hec.message());
+      co_return check_result{failure_kind::connect};
+    }
+  }
   const auto& host = !h.host.empty() ? h.host : !s.cfg.name.empty() ? s.cfg.name : s.address;
   const std::string request = "GET " + h.path + " HTTP/1.1\r\nHost: " + host +
                               "\r\nUser-Agent: floodgate-health-check\r\nConnection: close\r\n\r\n";
-  auto [wec, wn] = co_await asio::async_write(stream, asio::buffer(request), use_tuple);
-  if (wec) co_return check_result{failure_of(wec, failure_kind::reset)};
+  auto [wec, wn] = co_await asio::async_write(c, asio::buffer(request), use_tuple);
+  if (wec) co_return check_result{failure_kind::reset};
   beast::flat_buffer buffer(16 * 1024);
   bhttp::response_parser<bhttp::empty_body> parser;
   parser.header_limit(16 * 1024);
-  auto [hec, hn] = co_await bhttp::async_read_header(stream, buffer, parser, use_tuple);
-  if (hec) co_return check_result{failure_of(hec, failure_kind::reset)};
+  auto [hec, hn] = co_await bhttp::async_read_header(c, buffer, parser, use_tuple);
+  if (hec) co_return check_result{failure_kind::reset};
   const auto status = parser.get().result_int();
-  boost::system::error_code ignored;
-  stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
   co_return check_result{check_passes(h, status) ? failure_kind::none : failure_kind::status, status};
+}
+
+// One check, the whole of it within health.timeout.
+asio::awaitable<check_result> check_once(const upstream_servers& u, const server& s) {
+  using namespace asio::experimental::awaitable_operators;
+  connection c(co_await asio::this_coro::executor);
+  asio::steady_timer timer(c.socket.get_executor());
+  timer.expires_after(u.health.timeout);
+  auto r = co_await (exchange(u, s, c) || timer.async_wait(use_tuple));
+  boost::system::error_code ignored;
+  c.socket.shutdown(tcp::socket::shutdown_both, ignored);
+  if (r.index() == 1) co_return check_result{failure_kind::timeout};
+  co_return std::get<0>(r);
 }
 
 // A server's checks, until an update or stop replaces the set. `st` outlives the loop

@@ -28,7 +28,8 @@ void pool::configure(const std::vector<config::upstream_config>& upstreams) {
       if (old != slots_.end()) {
         auto& olds = old->second.servers;
         auto it = std::find_if(olds.begin(), olds.end(), [&](auto& o) { return o.address == sv.address; });
-        if (it != olds.end()) ns = std::move(*it);
+        // (TLS settings that changed: connections and sessions of the old ones go)
+        if (it != olds.end() && old->second.cfg.tls == u.tls) ns = std::move(*it);
       }
       if (ns.address_id == 0) ns.address_id = ++next_address_id_;
       if (ns.idle.size() > u.max_idle) ns.idle.resize(u.max_idle);
@@ -81,7 +82,7 @@ namespace {
 // than a second is taken as is (saving a syscall per request under load); the stale
 // retry covers the rare race.
 bool still_usable(connection& c, std::chrono::steady_clock::time_point now) {
-  if (c.buffer.size() != 0) return false;
+  if (c.buffer.size() != 0 || c.tls.holds_input()) return false;
   if (now - c.idle_since < std::chrono::seconds(1)) return true;
   char probe;
   auto fd = c.socket.native_handle();
@@ -110,7 +111,8 @@ connection_ptr pool::take_idle(const config::upstream_config& upstream, deadline
 }
 
 asio::awaitable<connection_ptr> pool::connect(const config::upstream_config& want, deadline::entry& watch,
-                                              boost::system::error_code& ec, std::size_t server) {
+                                              boost::system::error_code& ec, std::size_t server,
+                                              const tls::client_context* tls) {
   // The pool's slot for this server, if it is still the one the request was routed
   // to: a request of a configuration a reload replaced still goes where that says, on a
   // connection never pooled. (Nothing of `want` is read after the connect's await: it
@@ -127,7 +129,12 @@ asio::awaitable<connection_ptr> pool::connect(const config::upstream_config& wan
     ec = asio::error::host_not_found;
     co_return nullptr;
   }
+  const auto& sv = want.servers[server];
+  const std::string host(tls ? (sv.name.empty() ? std::string_view(sv.address.host) : host_of(sv.name)) : "");
   auto* s = find(want.name, want, server);
+  // (held by the coroutine: the slot may go with a reload during the connect)
+  tls::session_ptr resume;
+  if (tls && s && s->session && SSL_SESSION_up_ref(s->session.get()) == 1) resume.reset(s->session.get());
   watch.arm(want.connect_timeout);
   auto c = std::make_unique<connection>(ex_);
   c->address_id = s ? s->address_id : 0;  // 0: never taken back into the pool
@@ -140,6 +147,14 @@ asio::awaitable<connection_ptr> pool::connect(const config::upstream_config& wan
     co_return nullptr;
   }
   c->socket.set_option(tcp::no_delay(true), cec);
+  if (tls) {
+    auto hec = co_await start_tls(*c, *tls, host, resume.get());
+    if (hec) {
+      watch.upstream = nullptr;
+      ec = watch.expired ? boost::system::error_code(asio::error::timed_out) : hec;
+      co_return nullptr;
+    }
+  }
   ec = {};
   co_return c;
 }
@@ -154,6 +169,8 @@ void pool::release(std::string_view upstream, connection_ptr c) {
     c->server = static_cast<std::size_t>(it - s->servers.begin());
   }
   auto& sv = s->servers[c->server];
+  if (c->tls)
+    if (auto session = tls::resumable_session(c->tls.native_handle())) sv.session = std::move(session);
   // Bytes after a complete response mean the upstream is out of step: never reuse.
   if (sv.idle.size() >= s->cfg.max_idle || c->buffer.size() != 0) return;
   c->idle_since = deadline::coarse_now;

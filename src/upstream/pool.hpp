@@ -1,7 +1,6 @@
 #pragma once
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -15,21 +14,12 @@
 
 #include "config/config.hpp"
 #include "deadline/board.hpp"
+#include "tls/client_context.hpp"
+#include "upstream/connection.hpp"
 #include "upstream/servers.hpp"
 
 namespace fg::upstream {
 
-// One connection to an upstream, with the read buffer that belongs to it.
-struct connection {
-  explicit connection(boost::asio::any_io_executor ex) : socket(std::move(ex)) {}
-  boost::asio::ip::tcp::socket socket;
-  boost::beast::flat_buffer buffer{64 * 1024};
-  bool reused = false;  // came from the idle pool (may have been closed by the peer)
-  std::chrono::steady_clock::time_point idle_since{};
-  std::uint64_t address_id = 0;  // which server address of its upstream it is connected to (see pool)
-  std::size_t server = 0;        // that server's position in the upstream's servers
-};
-using connection_ptr = std::unique_ptr<connection>;
 
 // Per-worker pools of keep-alive connections, one per server of each upstream, by
 // upstream name and server address (a reload that keeps a server keeps its idle
@@ -53,10 +43,12 @@ class pool {
   // null (then connect()).
   connection_ptr take_idle(const config::upstream_config& upstream, deadline::entry& watch, std::size_t server = 0);
   // A fresh connection to `server` as the request's configuration has it, never from
-  // the idle list (connect_timeout applies). After a reload that removed the upstream
+  // the idle list (connect_timeout applies, to the TLS handshake too where `tls` is
+  // given: the server's last session resumed). After a reload that removed the upstream
   // or the server, still there (such a connection is never pooled).
   boost::asio::awaitable<connection_ptr> connect(const config::upstream_config& upstream, deadline::entry& watch,
-                                                 boost::system::error_code& ec, std::size_t server = 0);
+                                                 boost::system::error_code& ec, std::size_t server = 0,
+                                                 const tls::client_context* tls = nullptr);
   // Return a connection whose last exchange completed cleanly.
   void release(std::string_view upstream, connection_ptr c);
 
@@ -73,6 +65,8 @@ class pool {
     // to an older one is not taken back (a request of an older config snapshot may
     // still hold one).
     std::uint64_t address_id = 0;
+    // The TLS session the server gave last (resumed by the next connection to it).
+    tls::session_ptr session;
   };
   struct slot {
     config::upstream_config cfg;

@@ -38,12 +38,14 @@ const char* describe_one(failure_kind k) {
 
 }  // namespace
 
-std::shared_ptr<const server_set> server_set::build(const std::vector<config::upstream_config>& upstreams,
-                                                    const server_set* previous) {
+std::shared_ptr<const server_set> server_set::build(
+    const std::vector<config::upstream_config>& upstreams, const server_set* previous,
+    std::span<const std::shared_ptr<const tls::client_context>> tls) {
   auto out = std::make_shared<server_set>();
   for (const auto& u : upstreams) {
     upstream_servers us;
     us.name = u.name;
+    if (const auto i = out->upstreams_.size(); i < tls.size()) us.tls = tls[i];
     us.balance = u.balance;
     us.eject = u.eject;
     us.budget = u.budget;

@@ -17,6 +17,10 @@
 // the admin listener, so every field is atomic; rebuilt on reload, a server that stays
 // keeps its state. Choosing a server (pick) is pure over that state and a worker's own
 // round-robin position.
+namespace fg::tls {
+class client_context;
+}
+
 namespace fg::upstream {
 
 using steady = std::chrono::steady_clock;
@@ -69,15 +73,18 @@ struct upstream_servers {
   std::shared_ptr<std::atomic<std::int64_t>> retrying = std::make_shared<std::atomic<std::int64_t>>(0);
   // Held while a server is ejected, so that two workers never pass max_share together.
   std::shared_ptr<std::mutex> ejecting = std::make_shared<std::mutex>();
+  // TLS to its servers (upstreams.<name>.tls; null: plain TCP).
+  std::shared_ptr<const tls::client_context> tls;
 };
 
 // Every upstream's servers, in the configuration's order.
 class server_set {
  public:
   // `previous`: the set before a reload (servers kept by upstream name and address keep
-  // their health and counters).
-  static std::shared_ptr<const server_set> build(const std::vector<config::upstream_config>& upstreams,
-                                                 const server_set* previous);
+  // their health and counters). `tls`: each upstream's client side, by index (or none).
+  static std::shared_ptr<const server_set> build(
+      const std::vector<config::upstream_config>& upstreams, const server_set* previous,
+      std::span<const std::shared_ptr<const tls::client_context>> tls = {});
   const upstream_servers& of(std::size_t upstream_index) const { return upstreams_[upstream_index]; }
   std::span<const upstream_servers> all() const { return upstreams_; }
 

@@ -43,6 +43,7 @@ SECTIONS = {
     ("upstream_loader.cpp", "eject", "o"): "upstreams.<name>.eject.",
     ("upstream_loader.cpp", "budget", "o"): "upstreams.<name>.retry_budget.",
     ("upstream_loader.cpp", "health", "o"): "upstreams.<name>.health.",
+    ("upstream_loader.cpp", "tls", "o"): "upstreams.<name>.tls.",
     ("route_loader.cpp", "routes", "o"): "routes[].",
     ("route_loader.cpp", "match", "o"): "routes[].match.",
     ("route_loader.cpp", "response", "o"): "routes[].response.",

@@ -110,8 +110,15 @@ def wait_for_port(port, deadline_s=15.0, proc=None):
 
 
 class Upstream:
-    def __init__(self):
-        self.proc = subprocess.Popen([sys.executable, str(HERE / "upstream.py")], stdout=subprocess.PIPE, text=True)
+    def __init__(self, tls=None):
+        """tls: (cert, key) or (cert, key, client_ca): the origin speaks TLS (upstream.py)."""
+        env = dict(os.environ)
+        if tls:
+            env["UPSTREAM_TLS_CERT"], env["UPSTREAM_TLS_KEY"] = str(tls[0]), str(tls[1])
+            if len(tls) > 2:
+                env["UPSTREAM_TLS_CLIENT_CA"] = str(tls[2])
+        self.proc = subprocess.Popen([sys.executable, str(HERE / "upstream.py")], stdout=subprocess.PIPE, text=True,
+                                     env=env)
         line = self.proc.stdout.readline().split()
         assert line and line[0] == "PORT", line
         self.port, self.control = int(line[1]), int(line[2])
@@ -237,6 +244,12 @@ upstreams:
         with self.connect(timeout) as s:
             s.sendall(raw)
             return read_response(s)
+
+    def rss_kib(self):
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        raise AssertionError("no VmRSS")
 
     def peak_rss_kib(self):
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():

@@ -9,15 +9,18 @@ limit key), and --check reading the files as a start would.
 
 Certificates are made for each test run by the openssl command (ECDSA P-256)."""
 import json
+import resource
 import socket
 import ssl
 import subprocess
+import time
 
 import pytest
 
-from conftest import BIN, free_port, is_closed, read_response, wait_for
+from conftest import BIN, SANITIZED, free_port, is_closed, read_response, record, wait_for
 from test_admin import with_admin
 from test_reload import post_reload
+from test_websocket import ws_echo
 
 
 def make_cert(directory, name, *sans):
@@ -172,7 +175,10 @@ def test_certificates_are_read_again_on_reload_and_a_bad_one_keeps_the_old(gatew
     assert r.status == 200, (r.status, r.body)
     with tls_connect(g, "c.test") as s:
         assert subject_cn(s) == "c.test"
-    # Renewed in place, no reload asked for: the watcher sees the files change.
+    # Renewed in place, no reload asked for: the watcher sees the files change. A
+    # connection made before keeps its certificate and is served on.
+    old = tls_connect(g, "c.test")
+    echo(old)
     live_key.write_bytes(certs["b"][1].read_bytes())
     live_cert.write_bytes(certs["b"][0].read_bytes())
 
@@ -180,6 +186,9 @@ def test_certificates_are_read_again_on_reload_and_a_bad_one_keeps_the_old(gatew
         with tls_connect(g, "c.test") as s:
             return subject_cn(s) == "b.test"
     wait_for("the renewed certificate served", served, 20)
+    assert subject_cn(old) == "c.test"
+    echo(old)
+    old.close()
 
 
 def test_check_reads_the_certificates(tmp_path, certs):
@@ -267,3 +276,114 @@ def test_client_certificates_are_verified_and_limit_per_certificate(gateway_fact
         # No certificate: the limit's anonymous identity, one for all such clients.
         assert statuses(g, client_with_cert(None), 3) == [200, 200, 429]
         assert statuses(g, client_with_cert(None), 1) == [429]
+
+
+def test_websockets_through_the_tls_listener(gateway_factory, certs):
+    g = start_tls(gateway_factory, [certs["a"]])
+    with tls_connect(g) as s:
+        ws_echo(s)
+
+
+@pytest.mark.skipif(SANITIZED, reason="the sanitizer's allocator keeps its own quarantine")
+def test_idle_tls_connections_hold_little_memory(gateway_factory, certs):
+    # 1,000 TLS connections, each idle after its handshake and one request: parked (no
+    # session, no buffers) and OpenSSL's record buffers given back, each holds its SSL
+    # object (~12 KiB in OpenSSL 3.0, nginx's too) and a plain connection's ~3 KiB.
+    # (Asio's ssl::stream kept ~70 KiB of buffers per connection on top.)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 5000 and hard >= 5000:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (5000, hard))
+    g = start_tls(gateway_factory, [certs["a"]], http={"idle_timeout": "30s", "max_connections": 10000},
+                  upstream_opts={"connect_timeout": "10s"})
+    with tls_connect(g) as s:  # the worker's pools and the upstream connection warmed up
+        echo(s)
+    before = g.rss_kib()
+    conns = []
+    try:
+        for _ in range(1000):
+            s = tls_connect(g)
+            echo(s)
+            conns.append(s)
+        deadline, per = time.monotonic() + 5, None
+        while time.monotonic() < deadline:  # parked ~100 ms after their last byte
+            time.sleep(0.2)
+            per = (g.rss_kib() - before) / len(conns)
+            if per < 24:
+                break
+        record(f"idle TLS connection: {per:.1f} KiB each (1,000 open)")
+        assert per < 24, per
+        for s in conns[:50]:  # and they are served again
+            echo(s)
+    finally:
+        for s in conns:
+            s.close()
+
+
+def test_a_handshake_flood_leaves_established_clients_served(gateway_factory, certs):
+    # 3,000 connections that never finish a handshake (half of them send a ClientHello's
+    # first bytes, half nothing), on one worker with the default max_handshakes (1024):
+    # clients past their handshake are served throughout (each request within the
+    # client's 10 s timeout; the slowest is recorded).
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 5000 and hard >= 5000:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (5000, hard))
+    g = start_tls(gateway_factory, [certs["a"]], more="  handshake_timeout: 20s\n", workers=1,
+                  http={"max_connections": 10000})
+    served = [tls_connect(g) for _ in range(4)]
+    for s in served:
+        echo(s)
+    flood, worst = [], 0.0
+    try:
+        for i in range(3000):
+            try:
+                c = socket.create_connection(("127.0.0.1", g.tls_port), timeout=10)
+            except OSError:
+                continue  # (the accept queue full: that is the flood too)
+            if i % 2:
+                try:
+                    c.send(bytes([0x16, 0x03, 0x01, 0x02, 0x00, 0x01]))  # a record header and 1 byte
+                except OSError:
+                    pass
+            flood.append(c)
+            if i % 250 == 0:
+                for s in served:
+                    t0 = time.monotonic()
+                    echo(s)
+                    worst = max(worst, time.monotonic() - t0)
+        for s in served:
+            t0 = time.monotonic()
+            echo(s)
+            worst = max(worst, time.monotonic() - t0)
+        record(f"TLS handshake flood: slowest request of an established client {worst:.3f} s")
+        wait_for("the refusals logged", lambda: "refused (tls.max_handshakes" in g.log_text(), 10)
+    finally:
+        for c in flood:
+            c.close()
+    # The flood gone, new clients get their handshake again.
+    with tls_connect(g) as s:
+        echo(s)
+    for s in served:
+        s.close()
+
+
+def test_testssl_finds_no_old_protocol_no_weak_cipher_and_sni_served(gateway_factory, certs, tmp_path):
+    # testssl.sh (Debian's) against the listener: protocols, cipher categories and the
+    # server's defaults, asked for b.test (SNI) at 127.0.0.1.
+    g = start_tls(gateway_factory, [certs["a"], certs["b"]])
+    out = tmp_path / "testssl.json"
+    r = subprocess.run(["testssl", "--quiet", "--warnings", "off", "--color", "0", "--sneaky", "-p", "-s", "-S",
+                        "--jsonfile", str(out), "--ip", "127.0.0.1", f"b.test:{g.tls_port}"],
+                       capture_output=True, text=True, timeout=300)
+    assert out.exists(), (r.returncode, r.stdout[-3000:], r.stderr[-2000:])
+    found = {f["id"]: f["finding"] for f in json.loads(out.read_text())}
+    for proto in ("SSLv2", "SSLv3", "TLS1", "TLS1_1"):
+        assert found[proto] == "not offered", (proto, found[proto])
+    assert found["TLS1_2"] == "offered" and found["TLS1_3"].startswith("offered"), found
+    for weak in ("cipherlist_NULL", "cipherlist_aNULL", "cipherlist_EXPORT", "cipherlist_LOW", "cipherlist_3DES_IDEA",
+                 "cipherlist_AVERAGE"):
+        assert found[weak] == "not offered", (weak, found[weak])
+    assert found["cipherlist_STRONG"] == "offered"
+    assert found["ALPN"] == "http/1.1"
+    # SNI: the certificate of the name asked for, the default one to a client without SNI.
+    assert found["cert_commonName"] == "b.test" and found["cert_commonName_wo_SNI"] == "a.test", found
+    assert found["sessionresumption_ID"] == "supported"

@@ -30,24 +30,30 @@ def read_frame(rd):
     return b0 & 0x0F, rd.exact(n)
 
 
-def test_websocket_echo_through_tunnel(gateway):
+def ws_echo(s):
+    """A WebSocket handshake for /ws on the connected socket `s` (plain or TLS), then frames
+    of several sizes echoed back, then a close."""
     key = base64.b64encode(os.urandom(16)).decode()
+    s.sendall(f"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+              f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
+    rd = Reader(s)
+    r = read_response(s, reader=rd)
+    assert r.status == 101
+    assert r.header("upgrade").lower() == "websocket"
+    expected = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest())
+    assert r.header("sec-websocket-accept") == expected.decode()
+    for msg in (b"hello", b"x" * 300, os.urandom(70000)):
+        s.sendall(ws_frame(msg, opcode=2))
+        op, payload = read_frame(rd)
+        assert op == 2 and payload == msg
+    s.sendall(ws_frame(b"", opcode=8))
+    op, _ = read_frame(rd)
+    assert op == 8
+
+
+def test_websocket_echo_through_tunnel(gateway):
     with gateway.connect() as s:
-        s.sendall(f"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                  f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
-        rd = Reader(s)
-        r = read_response(s, reader=rd)
-        assert r.status == 101
-        assert r.header("upgrade").lower() == "websocket"
-        expected = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest())
-        assert r.header("sec-websocket-accept") == expected.decode()
-        for msg in (b"hello", b"x" * 300, os.urandom(70000)):
-            s.sendall(ws_frame(msg, opcode=2))
-            op, payload = read_frame(rd)
-            assert op == 2 and payload == msg
-        s.sendall(ws_frame(b"", opcode=8))
-        op, _ = read_frame(rd)
-        assert op == 8
+        ws_echo(s)
 
 
 def test_access_log_line_carries_the_tunnel_bytes(gateway_factory):

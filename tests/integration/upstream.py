@@ -21,18 +21,26 @@ Control, on a second port so it is never counted: GET /__stats -> {"connections"
 "requests", "bytes", "closed", "health_checks"} (closed: connections ended, by either
 side); GET /__reset; GET /__health?code=N (what /__check answers from now on).
 Prints "PORT <main> <control>" on stdout once listening.
+
+TLS (the environment): UPSTREAM_TLS_CERT and UPSTREAM_TLS_KEY make the main port speak
+TLS with that certificate; UPSTREAM_TLS_CLIENT_CA also asks for a client certificate
+signed by that CA (refused without one). /__stats then also counts "tls_handshakes",
+"tls_resumed" (sessions resumed) and keeps the last "tls_client" subject.
 """
 import base64
 import hashlib
 import json
+import os
 import socket
+import ssl
 import sys
 import threading
 import time
 from urllib.parse import parse_qs, urlsplit
 
 lock = threading.Lock()
-stats = {"connections": 0, "requests": 0, "bytes": 0, "closed": 0, "health_checks": 0}
+stats = {"connections": 0, "requests": 0, "bytes": 0, "closed": 0, "health_checks": 0, "tls_handshakes": 0,
+         "tls_resumed": 0, "tls_client": ""}
 health = {"code": 200}
 
 
@@ -158,7 +166,7 @@ def handle(conn):
         if conn.control and path == "/__reset":
             with lock:
                 for k in stats:
-                    stats[k] = 0
+                    stats[k] = "" if isinstance(stats[k], str) else 0
             respond(conn.sock, 200, b"{}")
             continue
         if conn.control and path == "/__health":
@@ -247,16 +255,39 @@ def handle(conn):
             return
 
 
+def tls_context():
+    cert, key = os.environ.get("UPSTREAM_TLS_CERT"), os.environ.get("UPSTREAM_TLS_KEY")
+    if not cert:
+        return None
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    ctx.set_alpn_protocols(["http/1.1"])
+    if os.environ.get("UPSTREAM_TLS_CLIENT_CA"):
+        ctx.load_verify_locations(os.environ["UPSTREAM_TLS_CLIENT_CA"])
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
+TLS = tls_context()
+
+
 def serve(sock, number, control=False):
     conn = Conn(sock, number)
     conn.control = control
     try:
+        if TLS is not None and not control:
+            sock = conn.sock = TLS.wrap_socket(sock, server_side=True)
+            subject = dict(x[0] for x in (sock.getpeercert() or {}).get("subject", ()))
+            with lock:
+                stats["tls_handshakes"] += 1
+                stats["tls_resumed"] += 1 if sock.session_reused else 0
+                stats["tls_client"] = subject.get("commonName", "")
         handle(conn)
     except (EOFError, ConnectionError, ValueError, OSError):
         pass
     finally:
         try:
-            sock.close()
+            conn.sock.close()
         except OSError:
             pass
         if not control:

@@ -1,0 +1,58 @@
+#pragma once
+// A keep-alive connection between requests, idle past deadline::lean_after: its stream
+// (a socket, or a socket and its TLS state), its deadline entry and one wait for
+// readability; no session, coroutine frame or buffer. Readable, it gets a new session;
+// past idle_timeout or on drain it is closed. For session.cpp and session_tls.cpp.
+#include <boost/asio/ip/tcp.hpp>
+
+#include <chrono>
+#include <memory>
+#include <type_traits>
+
+#include "http/worker_context.hpp"
+
+namespace fg::http::detail {
+
+// The socket under a stream (itself for a socket).
+template <class Stream>
+boost::asio::ip::tcp::socket& socket_under(Stream& s) {
+  if constexpr (std::is_same_v<Stream, boost::asio::ip::tcp::socket>) return s;
+  else return s.lowest_layer();
+}
+
+template <class Stream>
+struct parked {
+  worker_context& ctx;
+  Stream stream;
+  deadline::board::watch entry;
+
+  parked(worker_context& c, Stream s)
+      : ctx(c), stream(std::move(s)), entry(ctx.deadlines.open(&socket_under(stream))) {
+    entry->lean = true;  // already lean: the sweeper only watches its deadline
+    if constexpr (requires { stream.release_buffers(); }) stream.release_buffers();
+    ++ctx.parked;
+  }
+  ~parked() {
+    --ctx.parked;
+    if (socket_under(stream).is_open() && ctx.connections)
+      ctx.connections->open.fetch_sub(1, std::memory_order_relaxed);
+  }
+};
+
+// Parks `stream` until `deadline`; `resume(ctx, stream)` when it is readable.
+template <class Stream, class Resume>
+void park(worker_context& ctx, Stream stream, std::chrono::steady_clock::time_point deadline, Resume resume) {
+  auto p = std::make_unique<parked<Stream>>(ctx, std::move(stream));
+  p->entry->arm_at(deadline);
+  auto& s = socket_under(p->stream);
+  s.async_wait(boost::asio::ip::tcp::socket::wait_read, [p = std::move(p), resume](boost::system::error_code ec) mutable {
+    // Timed out, drained or reset: ~parked closes it and gives its count back.
+    if (ec || p->entry->expired || p->ctx.draining) return;
+    auto& ctx = p->ctx;
+    auto stream = std::move(p->stream);
+    p.reset();
+    resume(ctx, std::move(stream));
+  });
+}
+
+}  // namespace fg::http::detail
