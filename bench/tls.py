@@ -11,6 +11,9 @@ floodgate (then the reverse order the next round), medians over rounds:
   amortised);
 - `Connection: close` at 64 connections: every request a new connection, so req/s is
   the handshakes per second (wrk's OpenSSL offers no session again: full handshakes);
+- resumed handshakes: `openssl s_time -reuse` (one connection after another, each
+  resuming the first's TLS 1.2 session; s_time cannot resume TLS 1.3's tickets), and
+  `-new` beside it for the full ones, connections per second of wall time;
 - the resident memory of 2,000 idle TLS connections (a handshake and one request each,
   then nothing), per connection, against nginx's.
 Ratios are floodgate's over nginx's in the same round."""
@@ -40,6 +43,17 @@ def wrk_tls(port, conns, seconds, close=False):
     if errors:
         print(f"  warning: port {port} c={conns}: {errors.group(0)}")
     return rps, p99
+
+
+def s_time(port, reuse, seconds):
+    """Connections per second, one after another, by openssl s_time (TLS 1.2)."""
+    t0 = time.monotonic()
+    out = subprocess.run(["taskset", "-c", CLIENT_CORE, "openssl", "s_time", "-connect", f"127.0.0.1:{port}",
+                          "-reuse" if reuse else "-new", "-tls1_2", "-time", str(seconds)],
+                         capture_output=True, text=True).stdout
+    elapsed = time.monotonic() - t0
+    counts = [int(n) for n in re.findall(r"(\d+) connections in [\d.]+s", out)]
+    return sum(counts) / elapsed if counts else 0.0
 
 
 def rss_kib(pids):
@@ -111,6 +125,7 @@ def main():
         procs.append(nginx(work, "proxy",
                            f"listen 127.0.0.1:{nginx_port} ssl backlog=4096; ssl_certificate {cert}; "
                            f"ssl_certificate_key {key}; ssl_protocols TLSv1.2 TLSv1.3; keepalive_timeout 120s; "
+                           "ssl_session_cache shared:SSL:10m; "
                            "location / { proxy_pass http://origin; proxy_http_version 1.1; "
                            'proxy_set_header Connection ""; }',
                            f"upstream origin {{ server 127.0.0.1:{origin_port}; keepalive 1024; }}", connections=20000))
@@ -135,6 +150,14 @@ def main():
             print(f"{load:<24}{statistics.median(x[0] for x in n):>12.0f}{statistics.median(x[1] for x in n):>8.2f}"
                   f"{statistics.median(x[0] for x in f):>12.0f}{statistics.median(x[1] for x in f):>8.2f}"
                   f"{statistics.median(ratios):>7.2f}x")
+        for label, reuse in (("s_time full, TLS 1.2", False), ("s_time resumed, TLS 1.2", True)):
+            per = {name: [] for name in ports}
+            for r in range(rounds):
+                for name in (["nginx", "floodgate"] if r % 2 == 0 else ["floodgate", "nginx"]):
+                    per[name].append(s_time(ports[name], reuse, seconds))
+            ratios = [f / n for f, n in zip(per["floodgate"], per["nginx"]) if n]
+            print(f"{label:<24}{statistics.median(per['nginx']):>12.0f}{'':>8}"
+                  f"{statistics.median(per['floodgate']):>12.0f}{'':>8}{statistics.median(ratios):>7.2f}x")
         mem = {name: idle_connections_kib(ports[name], pids[name]) for name in ("nginx", "floodgate")}
         print(f"RSS per idle TLS connection (2,000 open): nginx {mem['nginx']:.1f} KiB, "
               f"floodgate {mem['floodgate']:.1f} KiB")
