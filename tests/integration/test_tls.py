@@ -386,4 +386,6 @@ def test_testssl_finds_no_old_protocol_no_weak_cipher_and_sni_served(gateway_fac
     assert found["ALPN"] == "http/1.1"
     # SNI: the certificate of the name asked for, the default one to a client without SNI.
     assert found["cert_commonName"] == "b.test" and found["cert_commonName_wo_SNI"] == "a.test", found
-    assert found["sessionresumption_ID"] == "supported"
+    # (not its resumption checks: its s_client leaves at the end of the handshake, before
+    # a TLS 1.3 ticket can arrive, and whether one has is a race; test_sessions_resume
+    # resumes both versions for certain)
