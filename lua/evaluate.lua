@@ -38,7 +38,7 @@ do
   end
 end
 
--- F is the mode (0 decide, 1 dry run, 2 refund) plus 16 times the number of keys that
+-- F is the mode (0 decide, 1 dry run, 2 refund, 3 charge) plus 16 times the number of keys that
 -- come last in ARGV instead of in KEYS (Redis Cluster: one call for the keys of many
 -- slots of one node, which Redis refuses as declared keys; the script carries the
 -- allow-cross-slot-keys flag there, see store/limiter_script.hpp).
@@ -92,8 +92,12 @@ end
 -- A refund (flag 2; Redis Cluster, where a request's limits span slots and are decided
 -- one slot per call): each entry is one request that was admitted here but denied by a
 -- limit in another slot, and each of its limits gives back its spec's cost (0: nothing,
--- a limit that recorded nothing) of what that request took. Answers an empty string.
-if mode == 2 then
+-- a limit that recorded nothing) of what that request took. A charge (flag 3) is the
+-- opposite: each limit takes its spec's cost more, after the fact and whatever its limit
+-- (a response's cost; give with a negative cost, which every algorithm that takes one
+-- adds). Both answer an empty string.
+if mode == 2 or mode == 3 then
+  local sign = mode == 3 and -1 or 1
   local key_at, nonce_at = 1, 2
   for _ = 1, v[1] do
     local shape = shapes[v[at]]
@@ -105,7 +109,7 @@ if mode == 2 then
     end
     for i = 1, shape.k do
       local spec, key = shape[i], KEYS[key_at + i - 1]
-      if spec[5] > 0 then spec[1].give(state(key, spec), spec, spec[5], nonce, i, key) end
+      if spec[5] > 0 then spec[1].give(state(key, spec), spec, sign * spec[5], nonce, i, key) end
     end
     key_at = key_at + shape.k
   end

@@ -5,11 +5,12 @@
 set -euo pipefail
 build_pkgs=(g++ cmake ninja-build pkg-config ccache libboost1.81-dev libboost-system1.81-dev
             libboost-program-options1.81-dev libboost-url1.81-dev libboost-json1.81-dev libyaml-cpp-dev libspdlog-dev
-            libhiredis-dev libc-ares-dev libssl-dev prometheus-cpp-dev libjemalloc-dev liburing-dev catch2 curl)
+            libhiredis-dev libc-ares-dev libssl-dev libhowardhinnant-date-dev prometheus-cpp-dev libjemalloc-dev liburing-dev catch2 curl)
 # What `ldd build/src/floodgate` needs, by Debian package (libc6, libgcc-s1 and
 # libstdc++6 are in every Debian system already).
-# ca-certificates: the system's CA store, which upstreams' TLS verifies against by default.
-runtime_pkgs=(ca-certificates libboost-program-options1.81.0 libboost-url1.81.0 libboost-json1.81.0 libyaml-cpp0.7 libspdlog1.10
+# ca-certificates: the system's CA store, which upstreams' TLS verifies against by default;
+# tzdata: the time zones of calendar windows (align: calendar).
+runtime_pkgs=(ca-certificates tzdata libdate-tz3 libboost-program-options1.81.0 libboost-url1.81.0 libboost-json1.81.0 libyaml-cpp0.7 libspdlog1.10
               libfmt9 libhiredis0.14 libc-ares2 libssl3 libprometheus-cpp-core1.0 libjemalloc2 liburing2)
 # buildah, debootstrap and iproute2: the image test (tests/docker/test_image.sh) builds and runs
 # the Dockerfile's image without a Docker engine; python3-yaml reads docker/'s files;

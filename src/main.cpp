@@ -6,6 +6,7 @@
 
 #include "admin/health_check_client.hpp"
 #include "http/tls.hpp"
+#include "limit/consumers.hpp"
 #include "app/server.hpp"
 #include "config/loader.hpp"
 #include "fg_version.hpp"
@@ -58,9 +59,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   {
-    // The certificates, keys and CA bundles are read as a start would read them.
+    // The certificates, keys, CA bundles and consumer files are read as a start would read them.
     std::vector<std::string> errors;
-    if (!fg::http::tls_contexts::read(*loaded.cfg, errors)) {
+    const bool tls_ok = fg::http::tls_contexts::read(*loaded.cfg, errors).has_value();
+    const bool consumers_ok = fg::limit::consumer_maps::read(*loaded.cfg, errors).has_value();
+    if (!tls_ok || !consumers_ok) {
       for (const auto& e : errors) std::cerr << e << "\n";
       std::cerr << "floodgate: " << errors.size() << " error(s) in " << path << "\n";
       return 1;

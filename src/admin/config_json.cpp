@@ -97,6 +97,30 @@ json::object limit_json(const config::limit_config& l) {
     o["limit"] = l.limit;
     o["window_ms"] = ms(l.window);
   }
+  using kind = config::limit_config::cost_kind;
+  if (l.cost_from == kind::header) o["cost"] = "header:" + l.cost_header;
+  if (l.cost_from == kind::body_bytes) o["cost"] = "body_bytes";
+  if (!l.charge_header.empty()) o["charge"] = "response_header:" + l.charge_header;
+  if (l.calendar != config::limit_config::period::none) {
+    using p = config::limit_config::period;
+    o["align"] = "calendar";
+    o["period"] = l.calendar == p::day ? "day" : l.calendar == p::week ? "week" : "month";
+    o["timezone"] = l.timezone;
+  }
+  if (l.choice.how != config::plan_choice::by::none) {
+    json::object plans;
+    if (l.choice.how == config::plan_choice::by::source) plans["from"] = key_text(l.choice.from);
+    else plans["consumers"] = l.choice.consumers, plans["consumer_key"] = key_text(l.choice.consumer_key);
+    plans["unknown"] = l.choice.reject_unknown ? "reject" : "default";
+    for (const auto& p : l.plans) {
+      if (p.unlimited) plans[p.plan] = "unlimited";
+      else if (config::rate_based(p))
+        plans[p.plan] = json::object{{"rate", json::object{{"count", p.rate_.count}, {"per_ms", ms(p.rate_.per)}}},
+                                     {"burst", p.burst}};
+      else plans[p.plan] = json::object{{"limit", p.limit}, {"window_ms", ms(p.window)}};
+    }
+    o["plans"] = std::move(plans);
+  }
   return o;
 }
 
@@ -113,6 +137,9 @@ json::object route_json(const config::route_config& r) {
           {"upstream", r.upstream},
           {"on_store_error", name(r.store_error)},
           {"response", json::object{{"status", r.response.status},
+                                    {"format", r.response.format == config::body_format::problem ? "problem"
+                                               : r.response.format == config::body_format::text ? "text"
+                                                                                                : "custom"},
                                     {"content_type", r.response.content_type},
                                     {"body", r.response.body},
                                     {"headers", name(r.response.headers)}}},

@@ -111,15 +111,27 @@ void add_state(json::object& o, const limit::check& c, const limit::decision& d,
 
 json::object answer(const config::config& cfg, const config::route_config& route, const limits_query& q,
                     const limit::request_parts& parts, const std::vector<limit::check>& checks,
-                    const std::vector<limit::decision>& out) {
+                    const std::vector<limit::decision>& out, const limit::consumer_maps* consumers) {
   bool denied = false;
   std::int64_t retry = 0;
   for (std::size_t i = 0; i < checks.size(); ++i)
     if (!out[i].allowed && !checks[i].cfg->shadow) denied = true, retry = std::max(retry, out[i].retry_ms);
   json::array limits;
+  std::string scratch;
   for (const auto& l : route.limits) {
-    auto o = describe(l);
-    auto it = std::find_if(checks.begin(), checks.end(), [&](const auto& c) { return c.cfg == &l; });
+    // A limit with plans: the plan this request is on, and its numbers.
+    const auto* in_force = &l;
+    if (l.choice.how != config::plan_choice::by::none) in_force = limit::pick_plan(l, parts, consumers, scratch).plan;
+    auto o = describe(*in_force);
+    if (in_force != &l) {
+      o["plan"] = in_force->plan;
+      if (in_force->unlimited) {
+        o["unlimited"] = true;
+        limits.emplace_back(std::move(o));
+        continue;
+      }
+    }
+    auto it = std::find_if(checks.begin(), checks.end(), [&](const auto& c) { return c.cfg == in_force; });
     if (it == checks.end()) {
       // on_missing_key: skip, and a source missing: the gateway does not evaluate it.
       o["skipped"] = true;
@@ -153,6 +165,44 @@ const config::limit_config* keyed_on_ip(const config::route_config& r) {
 
 }  // namespace
 
+// The client of a query's `ip`, or the reply that refuses the query.
+std::optional<reply> client_of(const limits_query& q, const config::config& cfg, const config::route_config& route,
+                               std::string& client) {
+  if (q.ip) {
+    auto key = client_key(*q.ip, cfg);
+    if (!key) return error(400, "parameter 'ip': '" + *q.ip + "' is not an IP address");
+    client = std::move(*key);
+  } else if (const auto* l = keyed_on_ip(route)) {
+    return error(400, "missing parameter 'ip': limit '" + l->name + "' keys on the client's address");
+  }
+  return std::nullopt;
+}
+
+boost::asio::awaitable<reply> reset(const status_source& status, store::inspector* inspector,
+                                    boost::urls::url_view url) {
+  limits_query q;
+  if (auto bad = parse_limits_query(url, q)) co_return *bad;
+  auto cfg = status.current_config();
+  if (!cfg) co_return error(503, "no configuration loaded");
+  const auto* route = find_route(*cfg, q.route);
+  if (!route) co_return error(404, "no route named '" + q.route + "'");
+  std::string client;
+  if (auto bad = client_of(q, *cfg, *route, client)) co_return *bad;
+  synthetic_request req(q, std::move(client));
+  std::vector<limit::check> checks;
+  const auto consumers = status.consumers();
+  if (limit::build_checks(checks, cfg->redis.key_prefix, *route, req.parts(), limit::cluster_keys(*cfg),
+                          consumers.get()))
+    co_return error(400, "such a request is refused before its limits (no consumer key, or an unknown one)");
+  if (!inspector) co_return error(503, "limit inspection is not available");
+  if (auto ec = co_await inspector->reset(*cfg, checks))
+    co_return json_reply(503, {{"error", "store unreachable"}, {"store", store_name(*cfg)}, {"reason", ec.message()}});
+  json::array done;
+  for (const auto& c : checks) done.emplace_back(c.cfg->name);
+  spdlog::info("admin: the limits {} of route {} reset for one client", json::serialize(done), route->name);
+  co_return json_reply(200, {{"route", route->name}, {"reset", std::move(done)}});
+}
+
 boost::asio::awaitable<reply> limits(const status_source& status, store::inspector* inspector,
                                      boost::urls::url_view url) {
   limits_query q;
@@ -163,17 +213,16 @@ boost::asio::awaitable<reply> limits(const status_source& status, store::inspect
   const auto* route = find_route(*cfg, q.route);
   if (!route) co_return error(404, "no route named '" + q.route + "'");
   std::string client;
-  if (q.ip) {
-    auto key = client_key(*q.ip, *cfg);
-    if (!key) co_return error(400, "parameter 'ip': '" + *q.ip + "' is not an IP address");
-    client = std::move(*key);
-  } else if (const auto* l = keyed_on_ip(*route)) {
-    co_return error(400, "missing parameter 'ip': limit '" + l->name + "' keys on the client's address");
-  }
+  if (auto bad = client_of(q, *cfg, *route, client)) co_return *bad;
   synthetic_request req(q, std::move(client));
   std::vector<limit::check> checks;
-  // The gateway's own key building, for a request with these attributes.
-  limit::build_checks(checks, cfg->redis.key_prefix, *route, req.parts(), limit::cluster_keys(*cfg));
+  // The gateway's own key building and plans, for a request with these attributes.
+  const auto consumers = status.consumers();
+  if (const auto refused = limit::build_checks(checks, cfg->redis.key_prefix, *route, req.parts(),
+                                               limit::cluster_keys(*cfg), consumers.get()))
+    co_return json_reply(200, json::object{{"route", route->name},
+                                           {"next_request", refused == 401 ? "refused: no consumer key (401)"
+                                                                           : "refused: unknown consumer (403)"}});
   std::vector<limit::decision> out(checks.size());
   if (!inspector) co_return error(503, "limit inspection is not available");
   const std::span<const limit::check> in(checks);
@@ -181,7 +230,7 @@ boost::asio::awaitable<reply> limits(const status_source& status, store::inspect
   auto ec = co_await inspector->peek(*cfg, in, into);
   if (ec)
     co_return json_reply(503, {{"error", "store unreachable"}, {"store", store_name(*cfg)}, {"reason", ec.message()}});
-  co_return json_reply(200, answer(*cfg, *route, q, req.parts(), checks, out));
+  co_return json_reply(200, answer(*cfg, *route, q, req.parts(), checks, out, consumers.get()));
 }
 
 }  // namespace fg::admin

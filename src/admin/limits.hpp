@@ -17,4 +17,10 @@ namespace fg::admin {
 boost::asio::awaitable<reply> limits(const status_source& status, store::inspector* inspector,
                                      boost::urls::url_view url);
 
+// POST /limits/reset with the same parameters: the keys of the route's limits for such a
+// request are deleted from the store (the consumer starts afresh: a monthly quota given
+// back), and every gateway sharing the store forgets its cached denials of them at once.
+boost::asio::awaitable<reply> reset(const status_source& status, store::inspector* inspector,
+                                    boost::urls::url_view url);
+
 }  // namespace fg::admin

@@ -95,7 +95,11 @@ asio::awaitable<reply> inspect_limits(status_source& status, const services& wit
   return limits(status, with.inspector, url);
 }
 
-constexpr std::array<endpoint, 7> endpoints{{
+asio::awaitable<reply> reset_limits(status_source& status, const services& with, url_view url) {
+  return reset(status, with.inspector, url);
+}
+
+constexpr std::array<endpoint, 8> endpoints{{
     {"/healthz", "GET, HEAD", &healthz},
     {"/readyz", "GET, HEAD", &readyz},
     {"/config", "GET, HEAD", &effective_config},
@@ -103,6 +107,7 @@ constexpr std::array<endpoint, 7> endpoints{{
     {"/upstreams", "GET, HEAD", &upstreams_view},
     {"/reload", "POST", nullptr, &reload},
     {"/limits", "GET, HEAD", nullptr, &inspect_limits},
+    {"/limits/reset", "POST", nullptr, &reset_limits},
 }};
 
 bool allowed(std::string_view allow, std::string_view method) {

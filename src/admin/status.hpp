@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "limit/consumers.hpp"
 #include "upstream/servers.hpp"
 
 namespace fg::admin {
@@ -40,6 +41,8 @@ class status_source {
   virtual ~status_source() = default;
   // The configuration in effect (never null once the server runs).
   virtual config::snapshot current_config() const = 0;
+  // The consumer files of its plans (read with it).
+  virtual std::shared_ptr<const limit::consumer_maps> consumers() const { return nullptr; }
   virtual readiness ready() const = 0;
   // Every upstream's servers and their health (GET /upstreams), as the workers share them.
   virtual std::shared_ptr<const upstream::server_set> upstream_servers() const = 0;

@@ -18,6 +18,7 @@
 #include "admin/config_json.hpp"
 #include "admin/listener.hpp"
 #include "app/config_watch.hpp"
+#include "app/side_files.hpp"
 #include "config/loader.hpp"
 #include "config/source_file.hpp"
 #include "util/text.hpp"
@@ -44,37 +45,6 @@ std::string read_file(const std::string& path) {
   return text;
 }
 
-// The files besides the configuration that a reload reads: the TLS certificates, keys
-// and CA bundles, the listener's and the upstreams'.
-std::vector<std::string> tls_files(const config::config& cfg) {
-  std::vector<std::string> out;
-  auto add = [&](const std::string& f) {
-    if (!f.empty()) out.push_back(f);
-  };
-  if (cfg.tls.listen) {
-    for (const auto& c : cfg.tls.certificates) {
-      add(c.cert);
-      add(c.key);
-    }
-    add(cfg.tls.client_ca);
-  }
-  for (const auto& u : cfg.upstreams)
-    if (u.tls.enabled) {
-      add(u.tls.ca);
-      add(u.tls.client_cert);
-      add(u.tls.client_key);
-    }
-  return out;
-}
-
-// An upstream whose servers' certificates are not checked is said so at every load.
-void warn_unverified(const config::config& cfg) {
-  for (const auto& u : cfg.upstreams)
-    if (u.tls.enabled && !u.tls.verify)
-      spdlog::warn("upstream {}: tls.verify is false: its servers' certificates are not checked (anyone on the path "
-                   "can pose as them)", u.name);
-}
-
 }  // namespace
 
 server::server(std::string path, std::shared_ptr<config::config> cfg) : path_(std::move(path)) {
@@ -86,9 +56,11 @@ server::server(std::string path, std::shared_ptr<config::config> cfg) : path_(st
            [this] { asio::post(reload_ioc_, [this] { names_resolved(); }); });
   std::vector<std::string> errors;
   auto tls = http::tls_contexts::read(*cfg, errors);
-  if (!tls) throw std::runtime_error(errors.front());
+  auto consumers = limit::consumer_maps::read(*cfg, errors);
+  if (!tls || !consumers) throw std::runtime_error(errors.front());
   warn_unverified(*cfg);
-  rt_ = http::compiled_config::build(std::move(cfg), nullptr, dns_.answers(), std::move(*tls));
+  log_consumers(*consumers);
+  rt_ = http::compiled_config::build(std::move(cfg), nullptr, dns_.answers(), std::move(*tls), std::move(*consumers));
 }
 
 server::~server() {
@@ -105,14 +77,14 @@ config::snapshot server::current_config() const { return current()->cfg; }
 
 
 std::vector<std::string> server::watched_files(const config::config& cfg) const {
-  auto out = tls_files(cfg);
+  auto out = side_files(cfg);
   out.insert(out.begin(), path_);
   return out;
 }
 
 std::string server::files_hash(const config::config& cfg) {
   std::string all;
-  for (const auto& f : tls_files(cfg)) all += util::fnv1a_hex(read_file(f));
+  for (const auto& f : side_files(cfg)) all += util::fnv1a_hex(read_file(f));
   return all;
 }
 
@@ -409,7 +381,8 @@ admin::reload_outcome server::reload(std::string_view why) {
   // The certificates are read again at every reload (a renewed one comes in with it);
   // one that cannot be used fails the reload as a bad file would.
   auto tls = http::tls_contexts::read(*next, out.errors);
-  if (!tls) {
+  auto consumers = limit::consumer_maps::read(*next, out.errors);
+  if (!tls || !consumers) {
     out.restart_needed.clear();
     for (const auto& e : out.errors) spdlog::error("reload ({}): {}", why, e);
     spdlog::error("reload ({}): the configuration in effect is unchanged", why);
@@ -417,6 +390,7 @@ admin::reload_outcome server::reload(std::string_view why) {
     return out;
   }
   warn_unverified(*next);
+  log_consumers(*consumers);
   warn_changed_algorithms(*next, *was->cfg, why);
   for (const auto& k : out.restart_needed)
     spdlog::warn("reload ({}): {} changed: it takes effect at the next restart (the old value stays)", why, k);
@@ -424,7 +398,8 @@ admin::reload_outcome server::reload(std::string_view why) {
   if (next->log.level != was->cfg->log.level) spdlog::set_level(spdlog::level::from_str(next->log.level));
   auto access = next->log == was->cfg->log ? access_ : obs::access_log::open(next->log);
   dns_.set(next->resolver, upstream::server_names(next->upstreams), {});
-  publish(http::compiled_config::build(next, was.get(), dns_.answers(), std::move(*tls)), access, why);
+  publish(http::compiled_config::build(next, was.get(), dns_.answers(), std::move(*tls), std::move(*consumers)), access,
+          why);
   reloads_ok_.fetch_add(1, std::memory_order_relaxed);
   out.ok = true;
   out.hash = next->hash;
@@ -469,7 +444,7 @@ void server::names_resolved() {
     std::lock_guard lock(mu_);
     access = access_;
   }
-  auto rt = http::compiled_config::build(was->cfg, was.get(), dns_.answers(), was->tls);
+  auto rt = http::compiled_config::build(was->cfg, was.get(), dns_.answers(), was->tls, was->consumers);
   std::size_t before = 0, after = 0;
   for (const auto& u : was->upstreams) before += u.servers.size();
   for (const auto& u : rt->upstreams) after += u.servers.size();

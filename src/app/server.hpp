@@ -46,6 +46,10 @@ class server final : public admin::status_source {
   void file_changed();
 
   config::snapshot current_config() const override;
+  std::shared_ptr<const limit::consumer_maps> consumers() const override {
+    auto rt = current();
+    return {rt, &rt->consumers};
+  }
   std::shared_ptr<const upstream::server_set> upstream_servers() const override;
   // Cluster mode: each master serving slots, and how many workers are connected to it.
   std::vector<std::pair<std::string, std::size_t>> cluster_masters() const;

@@ -1,5 +1,7 @@
 #include "app/worker.hpp"
 
+#include "store/inspector.hpp"
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
@@ -81,6 +83,17 @@ std::unique_ptr<worker::limits_stack> worker::make_limits(const config::config& 
     }
     l->source = std::make_unique<store::redis_source>(*l->batcher, random_nonce_prefix());
     l->denies = std::make_unique<limit::deny_cache>();
+    // A reset made on any gateway (POST /limits/reset) is published on the store: this
+    // worker forgets its cached denial of the key at once, not when the denial ends. On
+    // a cluster, one node's subscription hears every node's messages.
+    auto sub = cfg.redis;
+    if (sub.mode == config::redis_mode::cluster) {
+      sub.mode = config::redis_mode::standalone;
+      sub.addresses.resize(1);
+    }
+    l->redis.resets = std::make_shared<redis::connection>(ioc_->get_executor(), sub, std::string());
+    l->redis.resets->subscribe(store::resets_channel(cfg),
+                               [denies = l->denies.get()](std::string_view key) { denies->forget(std::string(key)); });
     l->batcher->set_metrics(ctx_.metrics);
     store = l->source.get();
   }

@@ -28,13 +28,22 @@ namespace fg::app {
 struct redis_link {
   std::shared_ptr<redis::connection> one;
   std::shared_ptr<redis::cluster_client> cluster;
+  // Subscribed to the store's resets (an admin's POST /limits/reset on any gateway).
+  std::shared_ptr<redis::connection> resets;
   explicit operator bool() const { return one || cluster; }
-  void start() const { one ? one->start() : cluster->start(); }
-  void stop() const { one ? one->stop() : cluster->stop(); }
+  void start() const {
+    one ? one->start() : cluster->start();
+    if (resets) resets->start();
+  }
+  void stop() const {
+    one ? one->stop() : cluster->stop();
+    if (resets) resets->stop();
+  }
   bool connected() const { return one ? one->connected() : cluster->connected(); }
   void reset() {
     one.reset();
     cluster.reset();
+    resets.reset();
   }
 };
 

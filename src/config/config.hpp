@@ -235,6 +235,18 @@ struct upstream_config {
   upstream_tls_config tls;
 };
 
+// How a limit with plans picks one per request: by a plan name the request carries
+// (`from`), or by its consumer's key looked up in a file of SHA-256 digests (`consumers`).
+struct plan_choice {
+  enum class by { none, source, consumers } how = by::none;
+  key_source from;           // by source
+  std::string consumers;     // by consumers: the file (a relative path is the configuration's folder's)
+  key_source consumer_key;   // by consumers: whose value's SHA-256 is looked up
+  bool reject_unknown = false;  // a consumer the file does not know (or without a key): 401/403
+  std::size_t default_plan = 0; // the plan of the unknown (an index in limit_config::plans)
+  bool operator==(const plan_choice&) const = default;
+};
+
 struct limit_config {
   std::string name;
   // Where its counters are (obs::metrics_layout: stable across reloads; the loader
@@ -247,8 +259,29 @@ struct limit_config {
   rate rate_;
   std::uint64_t burst = 0;
   std::uint64_t cost = 1;
+  // Where a request's cost comes from: `cost` (fixed), a request header (a whole number,
+  // 0 to 1e9; 0: the limit is not checked), or the request body's size in bytes (its
+  // Content-Length; a chunked one: 1 up front, the rest charged once it has been read).
+  enum class cost_kind { fixed, header, body_bytes } cost_from = cost_kind::fixed;
+  std::string cost_header;
+  // A response header whose number is charged to the key after the response (a
+  // post-charge: the balance may go past the limit); "" = none.
+  std::string charge_header;
   bool shadow = false;
   config::on_missing_key missing_key = on_missing_key::anonymous;
+  // align: calendar (fixed_window): the window is the calendar day, week (from Monday) or
+  // month in `timezone` (an IANA name), ending at its midnight there; `window` is then
+  // its nominal length (1d, 1w, 30 days for 1mo), for the rate headers' w=.
+  enum class period { none, day, week, month } calendar = period::none;
+  std::string timezone = "UTC";
+  // Plans: the numbers above chosen per request. Each plan is a copy of this limit with
+  // its own numbers, its name in `plan` ("" for a limit without plans), unlimited ones
+  // not checked at all. The keys are the limit's whatever the plan, so a consumer moved
+  // to another plan keeps its counter.
+  plan_choice choice;
+  std::vector<limit_config> plans;
+  std::string plan;
+  bool unlimited = false;
 };
 
 // token_bucket and gcra take rate + burst; the others limit + window.
@@ -260,6 +293,13 @@ inline std::uint64_t quota(const limit_config& l) { return rate_based(l) ? l.bur
 // sliding_log and concurrency name their Redis entries after the request (its nonce).
 inline bool names_entries(const limit_config& l) {
   return l.algo == algorithm::sliding_log || l.algo == algorithm::concurrency;
+}
+// A cost that is not known up front (a request header's, a body's, a response's): the
+// algorithms whose counters a cost can be added to after the fact (not sliding_log,
+// whose entries are one per unit, nor concurrency).
+inline bool takes_any_cost(const limit_config& l) {
+  return l.algo == algorithm::fixed_window || l.algo == algorithm::sliding_window ||
+         l.algo == algorithm::token_bucket || l.algo == algorithm::gcra;
 }
 // A denial by this limit holds until its retry time, so a worker may repeat it without
 // asking the store: not for shadow limits (never enforced) nor concurrency (a lease
@@ -273,10 +313,16 @@ struct route_match {
   std::string host;                  // lower case; empty = any
 };
 
+// A denial's body: RFC 9457 problem details (the IETF rate-limit draft's quota-exceeded
+// type), a line of text, or the route's own template (`body`).
+enum class body_format { problem, text, custom };
+
 struct response_config {
   unsigned status = 429;
-  std::string body = "{\"error\":\"too many requests\"}";
-  std::string content_type = "application/json";
+  body_format format = body_format::problem;
+  // custom: the body, with {limit} {retry_after} {plan} {route} {status} filled in.
+  std::string body;
+  std::string content_type;  // "" = the format's (application/problem+json, text/plain)
   headers_mode headers = headers_mode::ietf;
 };
 

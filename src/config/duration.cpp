@@ -21,6 +21,8 @@ std::optional<duration> unit_of(std::string_view u) {
   if (u == "s") return duration_cast<milliseconds>(seconds(1));
   if (u == "m") return duration_cast<milliseconds>(minutes(1));
   if (u == "h") return duration_cast<milliseconds>(hours(1));
+  if (u == "d") return duration_cast<milliseconds>(hours(24));
+  if (u == "w") return duration_cast<milliseconds>(hours(24 * 7));
   return std::nullopt;
 }
 

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include <boost/asio/ip/address.hpp>
+#include <date/tz.h>
 
 #include "config/caps.hpp"
 #include "config/duration.hpp"
@@ -22,6 +23,14 @@ std::optional<duration> detail::positive_duration(yaml_reader& r, const YAML::No
     return std::nullopt;
   }
   return d;
+}
+
+bool detail::valid_timezone(const std::string& name) {
+  try {
+    return date::locate_zone(name) != nullptr;
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 std::optional<std::string> detail::file_path(yaml_reader& r, const YAML::Node& n) {

@@ -24,8 +24,14 @@ std::optional<duration> positive_duration(yaml_reader& r, const YAML::Node& n);
 // with an error at `n`, if it is no string; "" if it is empty).
 std::optional<std::string> file_path(yaml_reader& r, const YAML::Node& n);
 
+// An IANA time zone name the system's tz database has (date::locate_zone).
+bool valid_timezone(const std::string& name);
+
 // A limit key or hash key: global, ip, header:<Name>, query:<name>, cookie:<name> or client_cert.
 std::optional<key_source> key_source_of(yaml_reader& r, const YAML::Node& n);
+
+// routes[].limits[].plans (config/plan_loader.cpp), read after the limit's own numbers.
+void load_plans(yaml_reader& r, const YAML::Node& node, limit_config& l);
 
 // upstreams: the mapping of name to upstream (config/upstream_loader.cpp).
 void load_upstreams(yaml_reader& r, const YAML::Node& node, config& c);
@@ -47,6 +53,8 @@ class route_loader {
   void match(const YAML::Node& node, route_match& m);
   void response(const YAML::Node& node, response_config& rc);
   std::optional<key_source> key(const YAML::Node& n);
+  void cost(const YAML::Node& n, limit_config& l, const std::optional<std::string>& algo);
+  void calendar(yaml_reader::object& o, limit_config& l, const YAML::Node& window_n, bool month);
   void limits(const YAML::Node& node, route_config& rc);
   void check_algorithm_keys(const YAML::Node& ln, const std::string& algo, limit_config& l, const YAML::Node& limit_n,
                             const YAML::Node& window_n, const YAML::Node& rate_n, const YAML::Node& burst_n);

@@ -69,7 +69,10 @@ void route_loader::routes(const YAML::Node& node, config& c) {
     }
     if (auto n = o.get("response"); present(n)) response(n, rc.response);
     if (auto n = o.get("limits"); present(n)) limits(n, rc);
-    for (auto& l : rc.limits) l.index = limit_count_++;
+    for (auto& l : rc.limits) {
+      l.index = limit_count_++;
+      for (auto& p : l.plans) p.index = l.index;
+    }
     if (limit_count_ > caps::limits) {
       r_.error(rn, "a configuration has at most " + std::to_string(caps::limits) + " limits in all its routes, route '" +
                        rc.name + "' goes past that");
@@ -154,8 +157,22 @@ void route_loader::match(const YAML::Node& node, route_match& m) {
 void route_loader::response(const YAML::Node& node, response_config& rc) {
   yaml_reader::object o(r_, node, "response");
   if (auto n = o.get("status"); present(n)) set(rc.status, r_.unsigned_int(n, 400, 599));
-  if (auto n = o.get("body"); present(n)) set(rc.body, r_.string(n));
-  if (auto n = o.get("content_type"); present(n)) set(rc.content_type, r_.string(n));
+  auto format = o.get("format");
+  if (present(format))
+    if (auto f = r_.one_of(format, {"problem", "text"})) rc.format = *f == "text" ? body_format::text : body_format::problem;
+  if (auto n = o.get("body"); present(n)) {
+    if (present(format)) r_.error(n, "response.body is the route's own body: it goes without response.format");
+    set(rc.body, r_.string(n));
+    rc.format = body_format::custom;
+    if (rc.body.size() > 16 * 1024) r_.error(n, "response.body is at most 16 KiB");
+  }
+  if (auto n = o.get("content_type"); present(n)) {
+    set(rc.content_type, r_.string(n));
+    // (written into the answer's head as it is)
+    if (rc.content_type.empty() || rc.content_type.size() > 255 ||
+        std::any_of(rc.content_type.begin(), rc.content_type.end(), [](unsigned char c) { return c < ' ' || c == 0x7f; }))
+      r_.error(n, "response.content_type must be a media type on one line (at most 255 characters)");
+  }
   if (auto n = o.get("headers"); present(n)) {
     if (auto s = r_.one_of(n, {"ietf", "legacy", "both", "none"}))
       rc.headers = *s == "legacy" ? headers_mode::legacy : *s == "both" ? headers_mode::both
@@ -189,6 +206,45 @@ std::optional<key_source> key_source_of(yaml_reader& r_, const YAML::Node& n) {
 }
 
 std::optional<key_source> route_loader::key(const YAML::Node& n) { return key_source_of(r_, n); }
+
+// align: calendar and timezone: a fixed_window of 1d, 1w or 1mo ending at midnight in a zone.
+void route_loader::calendar(yaml_reader::object& o, limit_config& l, const YAML::Node& window_n, bool month) {
+  const auto align_n = o.get("align"), tz_n = o.get("timezone");
+  bool calendar = false;
+  if (present(align_n))
+    if (auto a = r_.one_of(align_n, {"rolling", "calendar"})) calendar = *a == "calendar";
+  if (month && !calendar) r_.error(window_n, "window: 1mo is a calendar month: it goes with align: calendar");
+  if (present(tz_n)) {
+    if (!calendar) r_.error(tz_n, "timezone is read with align: calendar only");
+    if (auto z = r_.string(tz_n)) {
+      if (!valid_timezone(*z)) r_.error(tz_n, "unknown timezone '" + *z + "' (an IANA name, e.g. Europe/Berlin, UTC)");
+      else l.timezone = *z;
+    }
+  }
+  if (!calendar) return;
+  using namespace std::chrono;
+  if (l.algo != algorithm::fixed_window) r_.error(align_n, "align: calendar is for fixed_window");
+  else if (month) l.calendar = limit_config::period::month;
+  else if (l.window == hours(24)) l.calendar = limit_config::period::day;
+  else if (l.window == hours(24 * 7)) l.calendar = limit_config::period::week;
+  else r_.error(present(window_n) ? window_n : align_n, "align: calendar takes window: 1d, 1w or 1mo");
+}
+
+// cost: a whole number, header:<Name> (the request's) or body_bytes.
+void route_loader::cost(const YAML::Node& n, limit_config& l, const std::optional<std::string>& algo) {
+  // A lease is one in-flight request: there is nothing for a cost to weigh.
+  if (algo && *algo == "concurrency") r_.error(n, "'cost' is not used by concurrency (each request holds one lease)");
+  const auto text = n.IsScalar() ? n.Scalar() : std::string();
+  if (text == "body_bytes") {
+    l.cost_from = limit_config::cost_kind::body_bytes;
+  } else if (text.starts_with("header:")) {
+    l.cost_from = limit_config::cost_kind::header;
+    l.cost_header = text.substr(7);
+    if (!util::is_token(l.cost_header)) r_.error(n, "invalid cost header name '" + l.cost_header + "'");
+  } else {
+    set(l.cost, r_.unsigned_int(n, 1, 1'000'000'000));
+  }
+}
 
 void route_loader::limits(const YAML::Node& node, route_config& rc) {
   if (!node.IsSequence()) {
@@ -238,20 +294,30 @@ void route_loader::limits(const YAML::Node& node, route_config& rc) {
     auto rate_n = o.get("rate");
     auto burst_n = o.get("burst");
     if (present(limit_n)) set(l.limit, r_.unsigned_int(limit_n, 1, 1'000'000'000));
-    if (present(window_n)) set(l.window, positive_duration(r_, window_n));
+    // 1mo is a calendar month: there is no duration for it.
+    const bool month = present(window_n) && window_n.IsScalar() && window_n.Scalar() == "1mo";
+    if (month) l.window = std::chrono::hours(24 * 30);
+    else if (present(window_n)) set(l.window, positive_duration(r_, window_n));
     if (present(rate_n)) set(l.rate_, r_.parsed<rate>(rate_n, parse_rate, "rate (want e.g. 10/s, 600/m, 1000/h)"));
     if (present(burst_n)) set(l.burst, r_.unsigned_int(burst_n, 1, 1'000'000'000));
-    if (auto n = o.get("cost"); present(n)) {
-      set(l.cost, r_.unsigned_int(n, 1, 1'000'000'000));
-      // A lease is one in-flight request: there is nothing for a cost to weigh.
-      if (algo && *algo == "concurrency") r_.error(n, "'cost' is not used by concurrency (each request holds one lease)");
+    if (auto n = o.get("cost"); present(n)) cost(n, l, algo);
+    if (auto n = o.get("charge"); present(n)) {
+      auto v = r_.string(n);
+      if (v && (!v->starts_with("response_header:") || !util::is_token(v->substr(16))))
+        r_.error(n, "charge is response_header:<Name> (a response header whose number is charged after the response)");
+      else if (v) l.charge_header = v->substr(16);
     }
+    if ((l.cost_from != limit_config::cost_kind::fixed || !l.charge_header.empty()) && algo && !takes_any_cost(l))
+      r_.error(ln, "limit '" + l.name + "': a cost from the request or the response is for fixed_window, "
+                   "sliding_window, token_bucket and gcra (not " + *algo + ")");
     if (auto n = o.get("shadow"); present(n)) set(l.shadow, r_.boolean(n));
     if (auto n = o.get("on_missing_key"); present(n)) {
       if (auto s = r_.one_of(n, {"anonymous", "skip"}))
         l.missing_key = *s == "skip" ? on_missing_key::skip : on_missing_key::anonymous;
     }
     if (algo) check_algorithm_keys(ln, *algo, l, limit_n, window_n, rate_n, burst_n);
+    calendar(o, l, window_n, month);
+    if (auto n = o.get("plans"); present(n)) load_plans(r_, n, l);
     rc.limits.push_back(std::move(l));
   }
 }

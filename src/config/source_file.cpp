@@ -35,6 +35,11 @@ const char* kind_of(mode_t m) {
 }  // namespace
 
 std::optional<diagnostic> read_source_file(const std::string& path, std::string& text) {
+  return read_bounded_file(path, text, caps::file_bytes, "a configuration");
+}
+
+std::optional<diagnostic> read_bounded_file(const std::string& path, std::string& text, std::uint64_t max_bytes,
+                                            std::string_view what) {
   text.clear();
   // O_NONBLOCK: opening a FIFO with no writer would otherwise wait for one.
   fd_closer f{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
@@ -42,19 +47,20 @@ std::optional<diagnostic> read_source_file(const std::string& path, std::string&
   struct stat st {};
   if (::fstat(f.fd, &st) != 0) return problem(path, std::string("cannot read file: ") + std::strerror(errno));
   if (!S_ISREG(st.st_mode))
-    return problem(path, std::string("is ") + kind_of(st.st_mode) + ", not a regular file: a configuration must be one");
+    return problem(path, std::string("is ") + kind_of(st.st_mode) + ", not a regular file: " + std::string(what) +
+                             " must be one");
   const auto too_big = [&](std::uint64_t size) {
-    return problem(path, "is " + std::to_string(size) + " bytes or more; a configuration is at most " +
-                             std::to_string(caps::file_bytes) + " bytes (4 MiB)");
+    return problem(path, "is " + std::to_string(size) + " bytes or more; " + std::string(what) + " is at most " +
+                             std::to_string(max_bytes) + " bytes (" + std::to_string(max_bytes >> 20) + " MiB)");
   };
-  if (static_cast<std::uint64_t>(st.st_size) > caps::file_bytes) return too_big(static_cast<std::uint64_t>(st.st_size));
+  if (static_cast<std::uint64_t>(st.st_size) > max_bytes) return too_big(static_cast<std::uint64_t>(st.st_size));
   text.resize(static_cast<std::size_t>(st.st_size) + 1);
   std::size_t got = 0;
   for (;;) {
     if (got == text.size()) {
       // Grown since fstat: read on, but never past the cap.
-      if (text.size() > caps::file_bytes) return too_big(text.size());
-      text.resize(std::min<std::size_t>(text.size() * 2, caps::file_bytes + 1));
+      if (text.size() > max_bytes) return too_big(text.size());
+      text.resize(std::min<std::size_t>(text.size() * 2, max_bytes + 1));
     }
     auto n = ::read(f.fd, text.data() + got, text.size() - got);
     if (n < 0 && errno == EINTR) continue;

@@ -1,6 +1,8 @@
 #pragma once
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "config/yaml_reader.hpp"
 
@@ -12,5 +14,9 @@ namespace fg::config {
 // size is checked before reading, and the read stops past it if the file grows).
 // Nothing, or the problem as a diagnostic naming the file.
 std::optional<diagnostic> read_source_file(const std::string& path, std::string& text);
+// The same for another file the configuration names (`what`: "a consumer file"), of at
+// most `max_bytes`.
+std::optional<diagnostic> read_bounded_file(const std::string& path, std::string& text, std::uint64_t max_bytes,
+                                            std::string_view what);
 
 }  // namespace fg::config

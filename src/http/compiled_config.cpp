@@ -8,7 +8,7 @@ namespace fg::http {
 
 std::shared_ptr<const compiled_config> compiled_config::build(config::snapshot cfg, const compiled_config* previous,
                                                               const upstream::dns_answers& answers,
-                                                              tls_contexts tls) {
+                                                              tls_contexts tls, limit::consumer_maps consumers) {
   auto rt = std::make_shared<compiled_config>();
   for (const auto& r : cfg->routes) {
     const bool prefix = r.match.path.empty();
@@ -47,6 +47,7 @@ std::shared_ptr<const compiled_config> compiled_config::build(config::snapshot c
   rt->upstreams = upstream::expand(cfg->upstreams, answers);
   rt->servers = upstream::server_set::build(rt->upstreams, previous ? previous->servers.get() : nullptr, tls.upstreams);
   rt->tls = std::move(tls);
+  rt->consumers = std::move(consumers);
   rt->cfg = std::move(cfg);
   return rt;
 }

@@ -6,6 +6,7 @@
 #include "config/config.hpp"
 #include "net/client_ip.hpp"
 #include "http/tls.hpp"
+#include "limit/consumers.hpp"
 #include "routing/route_table.hpp"
 #include "upstream/dns.hpp"
 #include "upstream/servers.hpp"
@@ -39,11 +40,13 @@ struct compiled_config {
   // The TLS listener's certificates and the upstreams' client sides, read when the
   // configuration was.
   tls_contexts tls;
+  // The consumer files of limits with plans, read when the configuration was.
+  limit::consumer_maps consumers;
 
   // `answers`: the addresses of the servers' names (none: a named server has none).
   static std::shared_ptr<const compiled_config> build(config::snapshot cfg, const compiled_config* previous = nullptr,
                                                       const upstream::dns_answers& answers = {},
-                                                      tls_contexts tls = {});
+                                                      tls_contexts tls = {}, limit::consumer_maps consumers = {});
 };
 
 }  // namespace fg::http

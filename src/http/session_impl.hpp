@@ -147,9 +147,11 @@ class session {
   // one wait for Redis, so that a limited request costs no coroutine frame of its own).
   limit::request_parts key_parts() const;
   limit::status ask_limits(limit::decision_source& source);
-  // The upstream answered (its response head) `waited` after the request went: for the
-  // access log and the metrics.
-  void note_upstream_time(const config::route_config& route, clock::duration waited);
+  // The upstream answered (its response head): its health, the time since `t0` (access
+  // log, metrics), the costs a response tells (charge_after, session_read.ipp).
+  void head_arrived(const config::route_config& route, clock::time_point t0);
+  void charge_after(const bhttp::response_header<>& res);
+  asio::awaitable<outcome> refuse(limit::status st);
   asio::awaitable<outcome> send_local(unsigned status, bool keep_alive, std::string_view body = {},
                                       std::string_view extra = {}, std::string_view content_type = {});
   // After a refusal (429, 503), the connection stays open only if the unread body

@@ -5,10 +5,12 @@
 #include <spdlog/spdlog.h>
 
 #include <array>
+#include <charconv>
 #include <optional>
 
 #include "http/responses.hpp"
 #include "http/session_impl.hpp"
+#include "limit/denial.hpp"
 #include "limit/keys.hpp"
 #include "obs/access_log.hpp"
 #include "obs/logging.hpp"
@@ -161,12 +163,7 @@ asio::awaitable<bool> session<Stream>::run() {
         st = limits->finish(limits_, ec);
       }
       if (ad_.status) o = co_await send_local(ad_.status, ad_.keep_alive, ad_.body);
-      else if (st == limit::status::over_limit) {
-        const auto& r = limits_.route->response;
-        o = co_await send_local(r.status, keeps_after_refusal(), r.body, limits_.headers, r.content_type);
-      } else if (st == limit::status::error) {
-        o = co_await send_local(503, keeps_after_refusal(), {}, "Retry-After: 1\r\n");
-      }
+      else if (st != limit::status::ok) o = co_await refuse(st);
       else o = co_await forward();
       give_back_body_buf();
     }
@@ -184,6 +181,7 @@ void session<Stream>::begin_request() {
   bytes_in_ = bytes_out_ = 0;
   upstream_ms_ = -1;
   limits_.headers.clear();
+  limits_.asked = false;
   if (peer_key_rt_ != rt_) peer_key_ = rt_->client_ip.key_of(peer_), peer_key_rt_ = rt_;
   admit(*rt_, parser_->get().base(), parser_->keep_alive(), {peer_, peer_str_, peer_key_}, ad_);
 }
@@ -240,7 +238,7 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::send_local(u
     started_ = clock::now();
     auto* log = ctx_.access.get();
     if (log && log->enabled())
-      log->write({peer_str_, "-", "-", status, 0, 0, -1, 0, ad_.request_id, ""});
+      log->write({peer_str_, "-", "-", status, 0, 0, -1, 0, ad_.request_id, "", ""});
   }
   std::array<asio::const_buffer, 1> bufs{asio::buffer(text)};
   auto [ec, n] = co_await write_down(bufs);
@@ -267,6 +265,11 @@ void session<Stream>::log_request(unsigned status) {
   r.total_ms = std::chrono::duration<double, std::milli>(clock::now() - started_).count();
   r.request_id = ad_.request_id;
   if (ad_.route >= 0) r.route = rt_->cfg->routes[static_cast<std::size_t>(ad_.route)].name;
+  for (const auto& c : limits_.checks)
+    if (limits_.asked && !c.cfg->plan.empty()) {
+      r.plan = c.cfg->plan;
+      break;
+    }
   log->write(r);
 }
 
@@ -289,6 +292,8 @@ limit::request_parts session<Stream>::key_parts() const {
   if (auto q = target.find('?'); q != std::string_view::npos) parts.query = target.substr(q + 1);
   parts.header = &lookup_header;
   parts.header_ctx = static_cast<const bhttp::fields*>(&req.base());
+  parts.body_length = ad_.framing.type == body_framing::kind::length ? ad_.framing.length : 0;
+  parts.chunked = ad_.framing.type == body_framing::kind::chunked;
   return parts;
 }
 
@@ -299,8 +304,57 @@ limit::status session<Stream>::ask_limits(limit::decision_source& source) {
   const auto parts = key_parts();
   limits_.route = &route;
   limits_.client = ad_.client.who.key;
-  limit::build_checks(limits_.checks, rt_->cfg->redis.key_prefix, route, parts, limit::cluster_keys(*rt_->cfg));
+  limits_.asked = true;
+  limits_.asked_source = &source;
+  limits_.refusal = limit::build_checks(limits_.checks, rt_->cfg->redis.key_prefix, route, parts,
+                                        limit::cluster_keys(*rt_->cfg), &rt_->consumers);
+  if (limits_.refusal) return limit::status::refused;
   return source.start(limits_);
+}
+
+// A request its limits refused: the route's 429 (or its status), a 503 when the store
+// failed and the route says deny, or a plan's 401/403; with a problem-details body (or
+// the route's own).
+template <class Stream>
+asio::awaitable<typename session<Stream>::outcome> session<Stream>::refuse(limit::status st) {
+  const auto& route = *limits_.route;
+  auto& body = limits_.body;
+  body.clear();
+  if (st == limit::status::over_limit) {
+    limit::append_denial_body(body, route, limits_.checks, limits_.decisions);
+    co_return co_await send_local(route.response.status, keeps_after_refusal(), body, limits_.headers,
+                                  limit::content_type(route.response));
+  }
+  if (st == limit::status::refused) {
+    limit::append_refusal_body(body, route, limits_.refusal);
+    co_return co_await send_local(limits_.refusal, keeps_after_refusal(), body,
+                                  limits_.refusal == 401 ? "WWW-Authenticate: Key realm=\"floodgate\"\r\n" : "",
+                                  "application/problem+json");
+  }
+  limit::append_unavailable_body(body, route);
+  co_return co_await send_local(503, keeps_after_refusal(), body, "Retry-After: 1\r\n",
+                                limit::content_type(route.response));
+}
+
+// The costs known once the upstream answered, charged to the limits that decided the
+// request: a response header's number (charge: response_header:<Name>), and the rest of
+// a chunked body counted by bytes (cost: body_bytes took 1 up front).
+template <class Stream>
+void session<Stream>::charge_after(const bhttp::response_header<>& res) {
+  for (std::size_t i = 0; i < limits_.checks.size(); ++i) {
+    const auto& l = *limits_.checks[i].cfg;
+    std::uint64_t amount = 0;
+    if (!l.charge_header.empty()) {
+      const auto v = res[l.charge_header];
+      std::uint64_t n = 0;
+      auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+      if (!v.empty() && ec == std::errc{} && p == v.data() + v.size() && n <= 1'000'000'000) amount += n;
+    }
+    if (l.cost_from == config::limit_config::cost_kind::body_bytes && ad_.framing.type == body_framing::kind::chunked &&
+        bytes_in_ > 1)
+      amount += bytes_in_ - 1;
+    if (amount) limits_.asked_source->charge(limits_, i, amount);
+  }
 }
 
 }  // namespace fg::http::detail

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <array>
+#include <charconv>
 
 #include "http/forwarder.hpp"
 #include "http/session_impl.hpp"
@@ -324,8 +325,7 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
     idle_ok = next.idle_ok;
     if (!next.again) co_return co_await send_local(next.status, false);
   }
-  choice_.answered(rp_->get().result_int(), deadline::coarse_now);
-  if (t0 != clock::time_point{}) note_upstream_time(route, clock::now() - t0);
+  head_arrived(route, t0);
   // Only a WebSocket upgrade we asked for becomes a tunnel: anything else would carry
   // the connection's later requests past routing and limits.
   if (rp_->get().result_int() == 101) {
@@ -341,11 +341,18 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
   co_return o;
 }
 
+// The response head came: the server answered (its health), the time it took (the
+// access log, the metrics), and the costs known now.
 template <class Stream>
-void session<Stream>::note_upstream_time(const config::route_config& route, clock::duration waited) {
-  upstream_ms_ = std::chrono::duration<double, std::milli>(waited).count();
-  if (ctx_.metrics)
-    ctx_.metrics->upstream_time(route.slot, std::chrono::duration_cast<std::chrono::microseconds>(waited).count());
+void session<Stream>::head_arrived(const config::route_config& route, clock::time_point t0) {
+  choice_.answered(rp_->get().result_int(), deadline::coarse_now);
+  if (t0 != clock::time_point{}) {
+    const auto waited = clock::now() - t0;
+    upstream_ms_ = std::chrono::duration<double, std::milli>(waited).count();
+    if (ctx_.metrics)
+      ctx_.metrics->upstream_time(route.slot, std::chrono::duration_cast<std::chrono::microseconds>(waited).count());
+  }
+  if (limits_.asked && limits_.asked_source) charge_after(rp_->get().base());
 }
 
 // The rest of the request body, streamed; the client's errors come back as body_errc.

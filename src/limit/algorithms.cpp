@@ -1,5 +1,7 @@
 #include "limit/algorithms.hpp"
 
+#include "limit/calendar.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -19,9 +21,14 @@ std::int64_t ceil_ms(double v) { return static_cast<std::int64_t>(std::ceil(v - 
 
 decision fixed_window(const config::limit_config& c, key_state& s, std::int64_t now, std::uint64_t cost, bool commit) {
   const auto w = c.window.count();
-  // The window starts with the first admitted request and ends with the key (TTL).
+  // The window starts with the first admitted request and ends with the key (TTL); a
+  // calendar window ends at its period's end, read on the system clock.
   const bool live = s.expires_at > now;
-  const std::int64_t end = live ? s.expires_at : now + w;
+  std::int64_t end = live ? s.expires_at : now + w;
+  if (!live && c.calendar != config::limit_config::period::none) {
+    const auto sys = epoch_ms();
+    end = now + (calendar_ends(c, sys).current - sys);
+  }
   decision d;
   d.limit = c.limit;
   d.reset_ms = end - now;
@@ -225,6 +232,45 @@ decision evaluate(const config::limit_config& cfg, key_state& s, std::int64_t no
     case algorithm::concurrency: return concurrency(cfg, s, now, commit, lease);
   }
   return {};
+}
+
+void charge(const config::limit_config& c, key_state& s, std::int64_t now, std::uint64_t amount) {
+  if (s.expires_at <= now) return;
+  const auto a = static_cast<std::int64_t>(amount);
+  switch (c.algo) {
+    case algorithm::fixed_window:
+      s.count += a;
+      break;
+    case algorithm::sliding_window: {
+      const auto w = c.window.count();
+      const auto idx = (std::max(now, s.origin + s.bucket * w) - s.origin) / w;
+      if (idx == s.bucket + 1) s.previous = s.count, s.count = 0;
+      else if (idx > s.bucket + 1) s.previous = 0, s.count = 0;
+      s.bucket = idx;
+      s.count += a;
+      s.expires_at = s.origin + (idx + 2) * w;
+      break;
+    }
+    case algorithm::token_bucket: {
+      const double rate = static_cast<double>(c.rate_.count) / static_cast<double>(c.rate_.per.count());
+      const double burst = static_cast<double>(c.burst);
+      s.tokens = std::min(burst, s.tokens + (static_cast<double>(now) - s.stamp) * rate) - static_cast<double>(a);
+      s.stamp = static_cast<double>(now);
+      s.expires_at = now + ceil_ms((burst - s.tokens) / rate) + 3;
+      break;
+    }
+    case algorithm::gcra: {
+      const double t = static_cast<double>(c.rate_.per.count()) / static_cast<double>(c.rate_.count);
+      const double tat = std::max(0.0, static_cast<double>(s.count - now) + s.stamp) + t * static_cast<double>(a);
+      s.count = now;
+      s.stamp = tat;
+      s.expires_at = now + ceil_ms(tat) + 3;
+      break;
+    }
+    case algorithm::sliding_log:
+    case algorithm::concurrency:
+      break;  // (their costs are known up front: config::takes_any_cost)
+  }
 }
 
 void release_lease(key_state& s, std::uint64_t lease) {

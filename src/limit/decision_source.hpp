@@ -33,7 +33,12 @@ struct limit_call {
   std::int64_t now = 0;     // the memory store's clock when the limits were asked
   std::string nonce;        // names its sliding_log entries and leases in Redis
   std::string headers;      // rate-limit header lines for the answer, 429 or upstream's
+  std::string body;         // a refusal's body (429, 503, 401/403 of a plan's choice)
+  unsigned refusal = 0;     // with status::refused: 401, 403 or 400
+  bool asked = false;       // the request's limits were built (checks are this request's)
   decision_source* holder = nullptr;  // the source holding its concurrency leases, if any
+  decision_source* asked_source = nullptr;  // the source the request was asked of (post-charges go to it)
+  bool decided_locally = false;             // the policy's local fallback decided it (on_store_error: local)
 
   // An idle connection keeps no capacity.
   void release_memory() {
@@ -41,6 +46,7 @@ struct limit_call {
     std::vector<decision>().swap(decisions);
     std::string().swap(nonce);
     std::string().swap(headers);
+    std::string().swap(body);
   }
 };
 
@@ -49,6 +55,8 @@ enum class status {
   over_limit,  // answer the route's 429 with call.headers
   error,       // the store failed and on_store_error is deny: answer 503
   pending,     // ask again with wait() and finish()
+  refused,     // the limits' inputs refused the request (limit_call::refusal: 401/403 of a plan's
+               // choice, 400 of a cost header); no store asked
 };
 
 class decision_source {
@@ -64,6 +72,10 @@ class decision_source {
   virtual void release(limit_call& c) = 0;
   // While a tunnel lasts, its leases' lifetimes start again (called through holder).
   virtual void renew(limit_call& c) = 0;
+  // Adds `amount` to check i's key after the request was decided (a post-charge: a
+  // response's cost, the rest of a chunked body), not waited for; the balance may go
+  // past the limit. Only for a call this source decided.
+  virtual void charge(const limit_call& c, std::size_t i, std::uint64_t amount) {}
   // The recent round trip to the store, in whole ms (0 for memory).
   virtual std::int64_t round_trip_ms() const { return 0; }
 };

@@ -1,10 +1,13 @@
 #include "limit/keys.hpp"
 
+#include "limit/consumers.hpp"
+
 #include <boost/url/decode_view.hpp>
 #include <boost/url/grammar/string_token.hpp>
 #include <boost/url/pct_string_view.hpp>
 
 #include <array>
+#include <charconv>
 #include <cstdio>
 
 #include "util/text.hpp"
@@ -187,18 +190,70 @@ std::optional<std::string> build_key(std::string_view prefix, std::string_view r
   return key;
 }
 
-void build_checks(std::vector<check>& checks, std::string_view prefix, const config::route_config& route,
-                  const request_parts& r, bool cluster) {
+plan_pick pick_plan(const config::limit_config& l, const request_parts& r, const consumer_maps* consumers,
+                    std::string& scratch) {
+  using by = config::plan_choice::by;
+  const auto& ch = l.choice;
+  std::optional<std::string_view> name;
+  const auto key = source_value(ch.how == by::source ? ch.from : ch.consumer_key, r, scratch);
+  if (key && ch.how == by::source) {
+    name = key;
+  } else if (key && consumers) {
+    if (const auto* map = consumers->find(ch.consumers)) name = map->plan_of(*key);
+  }
+  const config::limit_config* plan = nullptr;
+  if (name)
+    for (const auto& p : l.plans)
+      if (p.plan == *name) plan = &p;
+  const bool known = plan != nullptr;
+  if (!known && ch.reject_unknown) return {nullptr, key ? 403u : 401u};
+  if (!known) plan = &l.plans[ch.default_plan];
+  return {plan, 0};
+}
+
+std::optional<std::uint64_t> request_cost(const config::limit_config& l, const request_parts& r) {
+  using kind = config::limit_config::cost_kind;
+  if (l.cost_from == kind::body_bytes) return r.chunked ? 1 : r.body_length;
+  if (l.cost_from == kind::fixed || !r.header) return l.cost;
+  const auto v = r.header(r.header_ctx, l.cost_header);
+  if (!v) return l.cost;
+  std::uint64_t n = 0;
+  const auto* end = v->data() + v->size();
+  auto [p, ec] = std::from_chars(v->data(), end, n);
+  if (v->empty() || ec != std::errc{} || p != end || n > 1'000'000'000) return std::nullopt;
+  return n;
+}
+
+unsigned build_checks(std::vector<check>& checks, std::string_view prefix, const config::route_config& route,
+                      const request_parts& r, bool cluster, const consumer_maps* consumers) {
   std::size_t n = 0;
+  std::string scratch;
   for (const auto& l : route.limits) {
+    const config::limit_config* cfg = &l;
+    if (l.choice.how != config::plan_choice::by::none) {
+      const auto pick = pick_plan(l, r, consumers, scratch);
+      if (pick.refuse) {
+        checks.resize(n);
+        return pick.refuse;
+      }
+      if (pick.plan->unlimited) continue;
+      cfg = pick.plan;
+    }
+    const auto cost = request_cost(l, r);
+    if (!cost) {
+      checks.resize(n);
+      return 400;
+    }
+    if (*cost == 0) continue;  // (nothing to take: an empty upload, a free call)
     if (n == checks.size()) checks.emplace_back();
     auto& c = checks[n];
     if (!build_key(c.key, prefix, route.name, l, r, cluster)) continue;
-    c.cfg = &l;
-    c.cost = l.cost;
+    c.cfg = cfg;
+    c.cost = *cost;
     ++n;
   }
   checks.resize(n);
+  return 0;
 }
 
 }  // namespace fg::limit

@@ -1,4 +1,5 @@
 #pragma once
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,7 +18,15 @@ struct request_parts {
   // Header lookup: the first value of a header, or nullopt.
   std::optional<std::string_view> (*header)(const void* ctx, std::string_view name) = nullptr;
   const void* header_ctx = nullptr;
+  // The request body: its Content-Length, or chunked (a size known once it is read).
+  std::uint64_t body_length = 0;
+  bool chunked = false;
 };
+
+// A request's cost for limit `l`: its `cost`, a request header's number, or the body's
+// size (chunked: 1 now, the rest charged once read); nullopt when the header's value is
+// no whole number from 0 to 1e9 (the request is refused with 400).
+std::optional<std::uint64_t> request_cost(const config::limit_config& l, const request_parts& r);
 
 // The Redis/memory key of one limit for one request:
 //   <prefix>{<route>:<limit>:<identity>}
@@ -41,11 +50,26 @@ inline bool cluster_keys(const config::config& cfg) {
   return cfg.store == config::store_kind::redis && cfg.redis.mode == config::redis_mode::cluster;
 }
 
+struct consumer_maps;
+
+// A limit's plan for one request (plans: from a request's plan name or its consumer's
+// key): its numbers (an unlimited plan is not checked), or, with null, the status
+// refusing the request where plans.unknown is reject (401: no key or plan name, 403: one
+// not known).
+struct plan_pick {
+  const config::limit_config* plan = nullptr;
+  unsigned refuse = 0;
+};
+plan_pick pick_plan(const config::limit_config& l, const request_parts& r, const consumer_maps* consumers,
+                    std::string& scratch);
+
 // The checks of `route`'s limits for one request, into `checks` (whose key strings keep
 // their capacity from request to request); a limit whose key part is missing is skipped
-// (on_missing_key: skip).
-void build_checks(std::vector<check>& checks, std::string_view prefix, const config::route_config& route,
-                  const request_parts& r, bool cluster = false);
+// (on_missing_key: skip), and so are an unlimited plan and a cost of 0. 0, or the status
+// the request is refused with (then `checks` is incomplete): a plan's choice's 401/403,
+// a cost header's 400.
+unsigned build_checks(std::vector<check>& checks, std::string_view prefix, const config::route_config& route,
+                      const request_parts& r, bool cluster = false, const consumer_maps* consumers = nullptr);
 
 // `name`'s raw value in a query string ("a=1&b=2"; names compared percent-decoded) or a
 // Cookie header ("a=1; b=2"); the first if there are several.

@@ -19,6 +19,7 @@ void policy::set_log(log_sink shadow, log_sink store_error) {
 
 status policy::start(limit_call& c) {
   c.holder = nullptr;
+  c.decided_locally = false;
   c.headers.clear();
   c.decisions.assign(c.checks.size(), decision{});
   if (c.checks.empty()) return status::ok;
@@ -47,7 +48,7 @@ status policy::from_cache(limit_call& c) {
   for (std::size_t i = 0; i < c.checks.size(); ++i) {
     const auto& l = *c.checks[i].cfg;
     if (!config::denials_hold(l)) continue;
-    if (auto until = denies_->denied_until(c.checks[i].key, c.now)) {
+    if (auto until = denies_->denied_until(c.checks[i].key, c.checks[i].cfg, c.checks[i].cost, c.now)) {
       c.decisions[i] = {false, config::quota(l), 0, until - c.now, until - c.now};
       cached = true;
     }
@@ -71,7 +72,11 @@ void policy::remember_denials(const limit_call& c) {
   const std::int64_t early = inner_.round_trip_ms() + 1;
   for (std::size_t i = 0; i < c.checks.size(); ++i)
     if (!c.decisions[i].allowed && config::denials_hold(*c.checks[i].cfg) && c.decisions[i].retry_ms > early + 1)
-      denies_->remember(c.checks[i].key, c.now + c.decisions[i].retry_ms - early);
+      denies_->remember(c.checks[i].key, c.checks[i].cfg, c.checks[i].cost, c.now + c.decisions[i].retry_ms - early);
+}
+
+void policy::charge(const limit_call& c, std::size_t i, std::uint64_t amount) {
+  (c.decided_locally ? local_ : inner_).charge(c, i, amount);
 }
 
 void policy::count(const limit_call& c, obs::outcome o) const {
@@ -125,6 +130,7 @@ status policy::on_error(limit_call& c, const std::string& why) {
     return status::ok;
   }
   // local: this instance enforces the same limits alone.
+  c.decided_locally = true;
   auto s = local_.start(c);
   return s == status::error ? status::ok : answered(c, s, true);
 }

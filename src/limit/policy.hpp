@@ -27,6 +27,8 @@ class policy final : public decision_source {
   // Leases are released and renewed through the call's holder, never the policy.
   void release(limit_call& c) override {}
   void renew(limit_call& c) override {}
+  // To the store that decided (the memory store when the route fell back to it).
+  void charge(const limit_call& c, std::size_t i, std::uint64_t amount) override;
   std::int64_t round_trip_ms() const override { return inner_.round_trip_ms(); }
 
   // Where the log lines go (spdlog by default; tests count them).

@@ -50,7 +50,7 @@ void append_rate_headers(std::string& out, config::headers_mode mode, std::span<
   std::size_t bound = 64;  // Retry-After
   std::size_t count = 0;
   for (std::size_t i = 0; i < checks.size(); ++i)
-    if (shown(i)) ++count, bound += 2 * (checks[i].cfg->name.size() + 12 + 2 * int_chars);
+    if (shown(i)) ++count, bound += 2 * (checks[i].cfg->name.size() + 12 + 2 * int_chars) + checks[i].cfg->plan.size() + 32;
   const bool fields = mode != config::headers_mode::none && count > 0;
   if (fields && ietf) bound += 64;
   if (fields && legacy) bound += 96 + 3 * int_chars;
@@ -78,6 +78,13 @@ void append_rate_headers(std::string& out, config::headers_mode mode, std::span<
       p = put_int(p, static_cast<std::int64_t>(decisions[i].limit));
       p = put(p, ";w=");
       p = put_int(p, window_seconds(*checks[i].cfg));
+      // The quota's unit where it is not requests: an upload quota counts bytes.
+      if (checks[i].cfg->cost_from == config::limit_config::cost_kind::body_bytes) p = put(p, ";qu=\"content-bytes\"");
+      // The plan in force, an extension parameter (the draft lets a client ignore it).
+      if (!checks[i].cfg->plan.empty()) {
+        p = put(p, ";plan=");
+        p = put_quoted(p, checks[i].cfg->plan);
+      }
     }
     p = put(p, "\r\nRateLimit: ");
     sep = "";

@@ -14,6 +14,7 @@ enum class reported { every_limit, denying_limits };
 // Rate-limit response fields for the limits that were evaluated (`checks[i]` gave
 // `decisions[i]`), as raw "Name: value\r\n" lines, per `mode`:
 //   ietf:   RateLimit-Policy: "per-ip";q=3;w=5   RateLimit: "per-ip";r=0;t=4
+//           (a limit with plans: RateLimit-Policy: "per-key";q=1000;w=1;plan="gold")
 //   legacy: X-RateLimit-Limit / -Remaining / -Reset of the most restrictive limit
 // and, when `denied`, Retry-After in whole seconds, rounded up (at least 1).
 void append_rate_headers(std::string& out, config::headers_mode mode, std::span<const check> checks,

@@ -21,6 +21,7 @@ struct access_record {
   double total_ms = 0;
   std::string_view request_id;
   std::string_view route;
+  std::string_view plan;  // the plan in force of the route's first limit with plans ("" = none)
 };
 
 // One line per request, text or JSON, written by spdlog's async logger off the

@@ -28,7 +28,11 @@ void metrics_layout::assign(config::config& cfg) {
   for (auto& r : cfg.routes) {
     r.slot = slot_of(routes_, r.name);
     // A limit's name is unique within its route; '\n' appears in neither name.
-    for (auto& l : r.limits) l.index = slot_of(limits_, r.name + '\n' + l.name);
+    for (auto& l : r.limits) {
+      l.index = slot_of(limits_, r.name + '\n' + l.name);
+      // Each plan counts apart (a plan is a bounded label: the configuration names them).
+      for (auto& p : l.plans) p.index = slot_of(limits_, r.name + '\n' + l.name + '\n' + p.plan);
+    }
   }
 }
 
@@ -36,8 +40,11 @@ void worker_metrics::reserve(const config::config& cfg) {
   std::size_t routes = 0, limits = 0;
   for (const auto& r : cfg.routes) {
     if (r.slot != metrics_layout::none) routes = std::max(routes, r.slot + 1);
-    for (const auto& l : r.limits)
+    for (const auto& l : r.limits) {
       if (l.index != metrics_layout::none) limits = std::max(limits, l.index + 1);
+      for (const auto& p : l.plans)
+        if (p.index != metrics_layout::none) limits = std::max(limits, p.index + 1);
+    }
   }
   requests_.reserve(routes);
   upstream_.reserve(routes);
@@ -100,15 +107,21 @@ MetricFamily requests(const config::config& cfg, std::span<const worker_metrics*
 MetricFamily decisions(const config::config& cfg, std::span<const worker_metrics* const> workers) {
   MetricFamily f{"floodgate_ratelimit_decisions_total", "Rate-limit decisions, by route, limit and outcome.",
                  MetricType::Counter, {}};
+  auto add = [&](const config::route_config& route, const config::limit_config& l) {
+    if (l.index == metrics_layout::none) return;
+    for (std::size_t o = 0; o < outcome_count; ++o) {
+      auto n = sum(workers, [&](const worker_metrics& w) { return w.decisions(l.index, static_cast<outcome>(o)); });
+      if (n == 0) continue;
+      std::vector<ClientMetric::Label> labels{{"route", route.name}, {"limit", l.name}};
+      if (!l.plan.empty()) labels.push_back({"plan", l.plan});
+      labels.push_back({"outcome", std::string(outcome_names[o])});
+      f.metric.push_back(counter_of(std::move(labels), n));
+    }
+  };
   for (const auto& route : cfg.routes)
     for (const auto& l : route.limits) {
-      if (l.index == metrics_layout::none) continue;
-      for (std::size_t o = 0; o < outcome_count; ++o) {
-        auto n = sum(workers, [&](const worker_metrics& w) { return w.decisions(l.index, static_cast<outcome>(o)); });
-        if (n == 0) continue;
-        f.metric.push_back(
-            counter_of({{"route", route.name}, {"limit", l.name}, {"outcome", std::string(outcome_names[o])}}, n));
-      }
+      add(route, l);
+      for (const auto& p : l.plans) add(route, p);
     }
   return f;
 }

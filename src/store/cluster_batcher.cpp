@@ -77,6 +77,16 @@ void cluster_batcher::send(std::string_view key, const std::vector<std::string>&
   client_->send(redis::key_slot(key), args, {});
 }
 
+void cluster_batcher::charge(const check& c) {
+  script_call call;
+  call.add(std::span(&c, 1), {});
+  auto [argc, args] = call.finish(script_call::mode::charge);
+  client_->eval(redis::key_slot(c.key), argc, std::move(args), [](error_code ec, const redisReply* r) {
+    if (!ec && !(r && r->type == REDIS_REPLY_ERROR)) return;
+    log_charge_failure(ec ? ec.message() : std::string(r->str, r->len));
+  });
+}
+
 std::size_t cluster_batcher::member_index(std::span<const check> checks, std::size_t i) const {
   // Its place among the request's checks of its own slot: the index its part's call used.
   const auto slot = redis::key_slot(checks[i].key);

@@ -42,6 +42,7 @@ class cluster_batcher final : public redis_evaluator {
                                                                          std::string_view nonce,
                                                                          std::span<decision> out) override;
   void send(std::string_view key, const std::vector<std::string>& args) override;
+  void charge(const check& c) override;
   std::size_t member_index(std::span<const check> checks, std::size_t i) const override;
   void set_metrics(obs::worker_metrics* m) override { metrics_ = m; }
   std::int64_t round_trip_ms() const override;

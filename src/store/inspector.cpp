@@ -79,14 +79,18 @@ asio::awaitable<error_code> store_inspector::peek(const config::config& cfg, std
   co_return error_code{};
 }
 
-asio::awaitable<error_code> store_inspector::peek_redis(const config::config& cfg, std::span<const check> checks,
-                                                        std::span<decision> out) {
-  connect_for(cfg.redis);
+asio::awaitable<void> store_inspector::connected_for(const config::redis_config& rc) {
+  connect_for(rc);
   const auto grace_end = conn_made_ + connect_grace;
   while (!connected() && std::chrono::steady_clock::now() < grace_end) {
     asio::steady_timer t(ex_, std::chrono::milliseconds(10));
     co_await t.async_wait(asio::use_awaitable);
   }
+}
+
+asio::awaitable<error_code> store_inspector::peek_redis(const config::config& cfg, std::span<const check> checks,
+                                                        std::span<decision> out) {
+  co_await connected_for(cfg.redis);
   if (!cluster_) co_return co_await dry_run(checks, out);
   // A dry run records nothing, so each check alone answers as it would with the others.
   for (std::size_t i = 0; i < checks.size(); ++i)
@@ -112,6 +116,45 @@ asio::awaitable<error_code> store_inspector::dry_run(std::span<const check> chec
     };
     if (cluster_) cluster_->eval(redis::key_slot(checks.front().key), argc, std::move(args), std::move(done));
     else conn_->eval(argc, std::move(args), std::move(done));
+  };
+  co_await asio::async_initiate<decltype(asio::use_awaitable), void()>(init, asio::use_awaitable);
+  co_return ec;
+}
+
+std::string resets_channel(const config::config& cfg) { return cfg.redis.key_prefix + "resets"; }
+
+asio::awaitable<error_code> store_inspector::reset(const config::config& cfg, std::span<const check> checks) {
+  if (cfg.store != config::store_kind::redis) {
+    for (const auto& c : checks) memory_.erase(c.key);
+    co_return error_code{};
+  }
+  co_await connected_for(cfg.redis);
+  if (!connected()) co_return redis::make_error_code(redis::errc::not_connected);
+  // (GCC 12: no braced temporary inside a co_await expression)
+  for (const auto& c : checks) {
+    std::vector<std::string> del{"DEL", c.key};
+    auto ec = co_await command(c.key, std::move(del));
+    if (ec) co_return ec;
+  }
+  // (on a cluster a PUBLISH reaches every node's subscribers, wherever it is sent)
+  for (const auto& c : checks) {
+    std::vector<std::string> publish{"PUBLISH", resets_channel(cfg), c.key};
+    auto ec = co_await command(c.key, std::move(publish));
+    if (ec) co_return ec;
+  }
+  co_return error_code{};
+}
+
+asio::awaitable<error_code> store_inspector::command(std::string_view key, std::vector<std::string> args) {
+  error_code ec;
+  auto init = [&](auto handler) {
+    auto h = std::make_shared<decltype(handler)>(std::move(handler));
+    auto done = [&, h, ex = ex_](error_code e, const redis::reply& r) {
+      ec = e ? e : r.is_error() ? redis::make_error_code(redis::errc::protocol) : error_code{};
+      asio::post(ex, [h]() mutable { std::move (*h)(); });
+    };
+    if (cluster_) cluster_->send(redis::key_slot(key), args, std::move(done));
+    else conn_->send(args, std::move(done));
   };
   co_await asio::async_initiate<decltype(asio::use_awaitable), void()>(init, asio::use_awaitable);
   co_return ec;

@@ -33,7 +33,15 @@ class inspector {
   virtual boost::asio::awaitable<boost::system::error_code> peek(const config::config& cfg,
                                                                  std::span<const check> checks,
                                                                  std::span<decision> out) = 0;
+  // Deletes the checks' keys (the admin's POST /limits/reset: a consumer starts afresh),
+  // and tells every gateway sharing the store to forget its cached denials of them.
+  virtual boost::asio::awaitable<boost::system::error_code> reset(const config::config& cfg,
+                                                                  std::span<const check> checks) = 0;
 };
+
+// The channel a store's resets are published on (redis.key_prefix + "resets"): each
+// message is one key whose cached denials every gateway forgets.
+std::string resets_channel(const config::config& cfg);
 
 // The store that `cfg.store` names at each call (a reload may change it): the memory
 // store's peek, or the limiter script as a dry run on a Redis connection of its own (a
@@ -49,8 +57,14 @@ class store_inspector final : public inspector {
 
   boost::asio::awaitable<boost::system::error_code> peek(const config::config& cfg, std::span<const check> checks,
                                                          std::span<decision> out) override;
+  boost::asio::awaitable<boost::system::error_code> reset(const config::config& cfg,
+                                                          std::span<const check> checks) override;
 
  private:
+  // Waits (up to the grace a new connection has) for the connection for `rc`.
+  boost::asio::awaitable<void> connected_for(const config::redis_config& rc);
+  // One command on the server of `key`'s slot (any server but a cluster's).
+  boost::asio::awaitable<boost::system::error_code> command(std::string_view key, std::vector<std::string> args);
   // Makes the connection (or cluster client) for `rc`, unless the one there serves it.
   void connect_for(const config::redis_config& rc);
   bool connected() const;

@@ -24,4 +24,8 @@ void memory_source::renew(limit_call& c) {
     if (holds_lease(c, i)) store_.renew(c.checks[i].key, c.lease, now, c.checks[i].cfg->window.count());
 }
 
+void memory_source::charge(const limit_call& c, std::size_t i, std::uint64_t amount) {
+  store_.charge(c.checks[i], amount, limit::now_ms());
+}
+
 }  // namespace fg::store

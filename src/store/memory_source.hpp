@@ -17,6 +17,7 @@ class memory_source final : public decision_source {
   status start(limit_call& c) override;
   void release(limit_call& c) override;
   void renew(limit_call& c) override;
+  void charge(const limit_call& c, std::size_t i, std::uint64_t amount) override;
 
  private:
   memory_store& store_;

@@ -39,6 +39,10 @@ class memory_store {
   // does not hold is as a new one), no state cleaned, no recency touched. Thread-safe.
   void peek(std::span<const check> checks, std::span<decision> out, std::int64_t now) const;
   void release(const std::string& key, std::uint64_t lease);
+  // Forgets `key` (an admin's reset: its client starts afresh); its leases go with it.
+  void erase(const std::string& key);
+  // A post-charge of `amount` to the check's key (limit::charge), if the key is held.
+  void charge(const check& c, std::uint64_t amount, std::int64_t now);
   // A held concurrency lease lives `lifetime_ms` from `now` again (a long tunnel).
   void renew(const std::string& key, std::uint64_t lease, std::int64_t now, std::int64_t lifetime_ms);
 

@@ -6,9 +6,12 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include <chrono>
+#include <spdlog/spdlog.h>
+#include <atomic>
 
 #include "obs/metrics.hpp"
 #include "redis/connection.hpp"
+#include <hiredis/hiredis.h>
 #include "store/batch_answer.hpp"
 #include "store/script_call.hpp"
 
@@ -43,6 +46,24 @@ obs::store_cause cause_of(boost::system::error_code ec) {
 }
 
 void redis_batcher::send(std::string_view, const std::vector<std::string>& args) { conn_->send(args, {}); }
+
+void redis_batcher::charge(const check& c) {
+  script_call call;
+  call.add(std::span(&c, 1), {});
+  auto [argc, args] = call.finish(script_call::mode::charge);
+  conn_->eval(argc, std::move(args), [](boost::system::error_code ec, const redisReply* r) {
+    if (!ec && !(r && r->type == REDIS_REPLY_ERROR)) return;
+    log_charge_failure(ec ? ec.message() : std::string(r->str, r->len));
+  });
+}
+
+void log_charge_failure(const std::string& why) {
+  // At most one line a second, whatever fails.
+  static std::atomic<std::int64_t> last{0};
+  const auto now =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  if (last.exchange(now) != now) spdlog::warn("a post-charge to Redis failed ({}): that cost is not counted", why);
+}
 
 void redis_batcher::flush() {
   if (!current_ || current_->waiters.empty()) return;

@@ -36,6 +36,8 @@ class redis_evaluator {
                                                                                  std::span<decision> out) = 0;
   // A command about `key`, its answer not waited for.
   virtual void send(std::string_view key, const std::vector<std::string>& args) = 0;
+  // A post-charge of `c.cost` to `c.key` (the script's charge mode), not waited for.
+  virtual void charge(const check& c) = 0;
   // The number (from 0) that names check `i`'s entries in its key (lease_member).
   virtual std::size_t member_index(std::span<const check> checks, std::size_t i) const { return i; }
   // The recent round trip of a call (send to answer), in whole ms rounded up.
@@ -62,6 +64,7 @@ class redis_batcher final : public redis_evaluator {
                                                                          std::string_view nonce,
                                                                          std::span<decision> out) override;
   void send(std::string_view key, const std::vector<std::string>& args) override;
+  void charge(const check& c) override;
   void set_metrics(obs::worker_metrics* m) override { metrics_ = m; }
   std::int64_t round_trip_ms() const override { return (flow_->rtt_us + 999) / 1000; }
 
@@ -88,5 +91,7 @@ class redis_batcher final : public redis_evaluator {
 };
 // The store error cause `ec` is counted under.
 obs::store_cause cause_of(boost::system::error_code ec);
+// A post-charge the store did not take: logged at most once a second.
+void log_charge_failure(const std::string& why);
 
 }  // namespace fg::store

@@ -54,6 +54,13 @@ void redis_source::renew(limit_call& c) {
                                        std::to_string(c.checks[i].cfg->window.count())});
 }
 
+void redis_source::charge(const limit_call& c, std::size_t i, std::uint64_t amount) {
+  if (!batcher_ || amount == 0) return;
+  check one = c.checks[i];
+  one.cost = amount;
+  batcher_->charge(one);
+}
+
 std::int64_t redis_source::round_trip_ms() const { return batcher_ ? batcher_->round_trip_ms() : 0; }
 
 }  // namespace fg::store

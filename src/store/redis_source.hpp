@@ -21,6 +21,7 @@ class redis_source final : public decision_source {
   status finish(limit_call& c, boost::system::error_code ec) override;
   void release(limit_call& c) override;
   void renew(limit_call& c) override;
+  void charge(const limit_call& c, std::size_t i, std::uint64_t amount) override;
   std::int64_t round_trip_ms() const override;
   // Lets go of the batcher (the worker is shutting down): releases and renewals are
   // dropped from now on, and nothing more is asked.

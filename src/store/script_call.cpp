@@ -1,5 +1,7 @@
 #include "store/script_call.hpp"
 
+#include "limit/calendar.hpp"
+
 #include <boost/endian/conversion.hpp>
 #include <hiredis/hiredis.h>
 
@@ -53,6 +55,13 @@ std::size_t script_call::spec_index(const check& c) {
     append_int(specs_, static_cast<std::int64_t>(l.rate_.count));
     append_int(specs_, static_cast<std::int64_t>(l.rate_.per.count()));
     append_int(specs_, static_cast<std::int64_t>(l.burst));
+  } else if (l.calendar != config::limit_config::period::none) {
+    // A calendar window: the ends of the period the gateway's clock is in and of the one
+    // after; which one a new window takes, Redis' clock decides (lua/fixed_window.lua).
+    const auto ends = limit::calendar_ends(l, limit::epoch_ms());
+    append_int(specs_, static_cast<std::int64_t>(l.limit));
+    append_int(specs_, ends.next);
+    append_int(specs_, ends.current);
   } else {
     append_int(specs_, static_cast<std::int64_t>(l.limit));
     append_int(specs_, static_cast<std::int64_t>(l.window.count()));

@@ -32,8 +32,10 @@ class script_call {
   // What a call does (lua/evaluate.lua's flag): decide and record; a dry run, which
   // decides and records nothing (its requests must not be alike: one request, or ones
   // with different keys); a refund, which gives back what admitted requests took (each
-  // check's cost of it; the requests added must not be alike either).
-  enum class mode : std::int64_t { decide = 0, dry_run = 1, refund = 2 };
+  // check's cost of it; the requests added must not be alike either); a charge, which
+  // adds each check's cost to its key without a decision (a post-charge; the balance may
+  // go past the limit; for config::takes_any_cost algorithms).
+  enum class mode : std::int64_t { decide = 0, dry_run = 1, refund = 2, charge = 3 };
   // The script's arguments (numkeys, KEYS, ARGV) as RESP bulk strings, and their count.
   // With `keys_in_argv` the keys go last in ARGV, none in KEYS (a cluster node's call
   // for many slots: lua/evaluate.lua).

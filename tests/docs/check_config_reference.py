@@ -48,6 +48,9 @@ SECTIONS = {
     ("route_loader.cpp", "match", "o"): "routes[].match.",
     ("route_loader.cpp", "response", "o"): "routes[].response.",
     ("route_loader.cpp", "limits", "o"): "routes[].limits[].",
+    ("route_loader.cpp", "calendar", "o"): "routes[].limits[].",
+    ("plan_loader.cpp", "load_plans", "o"): "routes[].limits[].plans.",
+    ("plan_loader.cpp", "plan", "po"): "routes[].limits[].plans.<plan>.",
 }
 
 # The smallest valid file; each run adds to it.
@@ -60,7 +63,7 @@ RATE_KEYS = {"rate", "burst"}
 
 FUNC = re.compile(r"^\s*(?:[\w:<>,]+\s+)+(?:\w+::)*(\w+)\([^;]*\)\s*(?:const\s*)?\{")
 GET = re.compile(r"\b(\w+)\.get\(\"([^\"]+)\"\)")
-KEY_CELL = re.compile(r"^`([a-z][a-z0-9_]*(?:\[\]|\.<name>)?(?:\.[a-z][a-z0-9_]*(?:\[\])?)*)`$")
+KEY_CELL = re.compile(r"^`([a-z][a-z0-9_]*(?:\[\]|\.<name>)?(?:\.(?:[a-z][a-z0-9_]*(?:\[\])?|<plan>))*)`$")
 
 
 def loader_keys(src, problems):
@@ -208,9 +211,27 @@ def config_for(keys):
                 route["match"][field] = value
             elif rest.startswith("response."):
                 route["response"] = {rest[len("response."):]: value}
+            elif rest.startswith("limits[].plans."):
+                field = rest[len("limits[].plans."):]
+                limit = dict(RATE_LIMIT if field.split(".")[-1] in RATE_KEYS else WINDOW_LIMIT, key="header:X-Api-Key")
+                plans = {"from": "header:X-Plan"} if field not in ("from", "consumers", "consumer_key") else {}
+                if field in ("consumers", "consumer_key"):
+                    plans["consumers"] = f'"{TLS_FILES["consumers"]}"'  # (a file that exists)
+                    if field == "consumer_key":
+                        plans[field] = value
+                elif field.startswith("<plan>."):
+                    plans["gold"] = {field[len("<plan>."):]: value}
+                elif field == "<plan>":
+                    plans["gold"] = value
+                else:
+                    plans[field] = value
+                limit["plans"] = plans
+                route["limits"] = [limit]
             elif rest.startswith("limits[]."):
                 field = rest[len("limits[]."):]
                 limit = dict(RATE_LIMIT if field in RATE_KEYS else WINDOW_LIMIT)
+                if field == "timezone":  # (read with align: calendar, a day long)
+                    limit.update(align="calendar", window="1d")
                 limit[field] = value
                 route["limits"] = [limit]
             else:
@@ -250,7 +271,8 @@ def check_defaults(binary, rows, problems, report):
             "top level and sections"
         groups[group][key] = value
     with tempfile.TemporaryDirectory() as tmp:
-        TLS_FILES.update(cert=f"{tmp}/tls.pem", key=f"{tmp}/tls.key")
+        TLS_FILES.update(cert=f"{tmp}/tls.pem", key=f"{tmp}/tls.key", consumers=f"{tmp}/consumers.txt")
+        Path(TLS_FILES["consumers"]).write_text("# no consumers\n")
         subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
                         "-keyout", TLS_FILES["key"], "-out", TLS_FILES["cert"], "-days", "1", "-subj", "/CN=check"],
                        check=True, capture_output=True)
@@ -356,7 +378,8 @@ def main():
             problems.append(f"{where}: the loader reads `{key}`, which docs/configuration.md does not document "
                             f"(add a row: | `{key}` | type | default | meaning |)")
     for key, (n, _, _) in sorted(rows.items()):
-        if key not in keys:
+        # (a plan, whose name is the file's: the loader reads its keys)
+        if key not in keys and not (key.endswith(".<plan>") and any(k.startswith(key + ".") for k in keys)):
             problems.append(f"docs/configuration.md:{n}: `{key}` is documented, but the loader reads no such key")
     leaves = [k for k in keys if k in rows]
     report.append(f"  the reference: {len(rows)} rows; the loader reads {len(keys)} keys ({len(leaves)} of them "

@@ -1,4 +1,5 @@
 """Rate limiting through the real binary, with the embedded memory store."""
+import json
 from conftest import Thread, get, join_all, read_response, wait_until
 
 
@@ -37,8 +38,12 @@ def test_each_ip_three_times_in_five_seconds(gateway_factory):
     assert r.status == 429
     assert r.header("retry-after") == "5"
     assert r.header("ratelimit") == '"per-ip";r=0;t=5'
-    assert r.header("content-type") == "application/json"
-    assert r.body == b'{"error":"too many requests"}'
+    assert r.header("content-type") == "application/problem+json"
+    body = json.loads(r.body)
+    assert body == {"type": "https://iana.org/assignments/http-problem-types#quota-exceeded",
+                    "title": "Request cannot be satisfied as assigned quota has been exceeded", "status": 429,
+                    "detail": "limit per-ip of route r: retry in 5 s", "violated-policies": ["per-ip"],
+                    "limit": "per-ip", "retry_after": 5}
     # other routes are not limited
     assert g.request(get("/echo")).status == 200
 
@@ -46,7 +51,7 @@ def test_each_ip_three_times_in_five_seconds(gateway_factory):
 def test_custom_response_and_legacy_headers(gateway_factory):
     resp = """    response:
       status: 503
-      body: "slow down"
+      body: "slow down: {limit} of {route} in {retry_after} s ({status}) {nope}"
       content_type: text/plain
       headers: legacy
 """
@@ -58,7 +63,8 @@ def test_custom_response_and_legacy_headers(gateway_factory):
     g.request(get("/limited"))
     g.request(get("/limited"))
     r = g.request(get("/limited"))
-    assert r.status == 503 and r.body == b"slow down" and r.header("content-type") == "text/plain"
+    assert r.status == 503 and r.header("content-type") == "text/plain"
+    assert r.body == b"slow down: per-ip of r in 5 s (503) {nope}"
     assert r.header("x-ratelimit-remaining") == "0" and r.header("retry-after") == "5"
 
 

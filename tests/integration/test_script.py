@@ -5,6 +5,7 @@ requests of one call are decided exactly as if they had come one call each."""
 import re
 import socket
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -283,3 +284,52 @@ def test_sliding_window_a_clock_behind_the_bucket_last_written_counts_in_that_bu
     res = call(redis_server, [(f"n{i}", [(key, 1)]) for i in range(3)], [(*SPECS["sliding_window"], 0)])
     assert [r[0][0] for r in res] == [0, 0, 0], res
     assert state(redis_server, key, "bcpo") == {"b": 1, "c": 5, "p": 5, "o": origin}
+
+
+def redis_now_ms(redis_server):
+    s, us = redis_server.cli("time").split()
+    return int(s) * 1000 + int(us) // 1000
+
+
+def test_a_calendar_window_ends_where_the_gateway_says_and_redis_chooses_which(redis_server):
+    # spec (FW, limit, b = the next period's end, c = the current one's): a new window
+    # ends at c while Redis' clock is before it, at b once it is past.
+    key = "fgtest:{r:l:cal}"
+    now = redis_now_ms(redis_server)
+    current, following = now + 1200, now + 61_200
+    spec = (FW, 2, following, current, 1, 0)
+    res = call(redis_server, [("n", [(key, 1)])], [spec])
+    assert res[0][0][0] == 1 and abs(res[0][0][2] - 1200) <= 100, res
+    assert int(redis_server.cli("pexpiretime", key)) == current
+    while redis_now_ms(redis_server) <= current + 5:  # (what is tested: Redis' clock passing c)
+        time.sleep(0.05)
+    res = call(redis_server, [("n", [(key, 1)])], [spec])
+    assert res[0][0][0] == 1 and res[0][0][1] == 1
+    assert int(redis_server.cli("pexpiretime", key)) == following
+    # A gateway whose clock is behind Redis' (c already past): the next period at once.
+    late = "fgtest:{r:l:late}"
+    call(redis_server, [("n", [(late, 1)])], [(FW, 2, now + 90_000, now - 1000, 1, 0)])
+    assert int(redis_server.cli("pexpiretime", late)) == now + 90_000
+
+
+def charge(redis_server, key, spec):
+    """The script's charge mode (flag 3): spec's cost added to the key, no decision."""
+    numbers = [1, 1, 1, 3, *spec, 1, 1, 1, 1]
+    assert eval_script(redis_server.port, [key], [ints(*numbers)]) == b""
+
+
+@pytest.mark.parametrize("algo", ["fixed_window", "sliding_window", "token_bucket", "gcra"])
+def test_a_charge_adds_its_cost_past_the_limit(redis_server, algo):
+    key = f"fgtest:{{r:l:charge-{algo}}}"
+    spec = (*SPECS[algo], 0)  # a limit (or burst) of 5 per minute
+    assert call(redis_server, [("n", [(key, 1)])], [spec])[0][0][:2] == (1, 4)
+    charge(redis_server, key, (*SPECS[algo][:4], 2, 0))
+    assert call(redis_server, [("n", [(key, 1)])], [spec])[0][0][:2] == (1, 1)
+    charge(redis_server, key, (*SPECS[algo][:4], 4, 0))  # past the limit: 8 of 5 used
+    denied = call(redis_server, [("n", [(key, 1)])], [spec])[0][0]
+    assert denied[0] == 0 and denied[3] > 0, denied
+    assert int(redis_server.cli("pttl", key)) > 0
+    # A charge to a key that is gone (its window over) does nothing: no key without a TTL.
+    gone = f"fgtest:{{r:l:gone-{algo}}}"
+    charge(redis_server, gone, (*SPECS[algo][:4], 3, 0))
+    assert redis_server.cli("exists", gone) == "0"

@@ -2,6 +2,8 @@
 // the keys it builds, which must be those a real request with the same attributes uses.
 #include <catch2/catch.hpp>
 
+#include "redis/error.hpp"
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
@@ -173,6 +175,11 @@ struct fake_inspector final : fg::store::inspector {
     for (std::size_t i = 0; i < checks.size(); ++i) out[i] = answer, keys.push_back(checks[i].key);
     co_return ec;
   }
+  std::vector<std::string> reset_keys;
+  boost::asio::awaitable<boost::system::error_code> reset(const cfg::config&, std::span<const check> checks) override {
+    for (const auto& c : checks) reset_keys.push_back(c.key);
+    co_return ec;
+  }
 };
 
 fg::admin::reply serve(const std::string& target, fake_status& s, fake_inspector* insp, const char* method = "GET") {
@@ -216,4 +223,18 @@ TEST_CASE("/limits answers from the inspector per limit, 503 when the store cann
   CHECK(serve("/limits?route=r&ip=1.2.3.4", s, &insp, "POST").status == 405);
   // the synchronous dispatch() knows the path but cannot answer it
   CHECK(fg::admin::dispatch("GET", "/limits?route=r", s).status == 503);
+}
+
+TEST_CASE("POST /limits/reset deletes the route's keys for such a request, 503 when the store cannot", "[admin][inspect]") {
+  fake_status s(load(kRoutes));
+  fake_inspector insp;
+  auto r = serve("/limits/reset?route=r&ip=1.2.3.4", s, &insp, "POST");
+  INFO(r.body);
+  CHECK(r.status == 200);
+  REQUIRE(insp.reset_keys.size() >= 1);
+  CHECK(insp.reset_keys[0].find("1.2.3.4") != std::string::npos);
+  CHECK(serve("/limits/reset?route=r&ip=1.2.3.4", s, &insp, "GET").status == 405);
+  CHECK(serve("/limits/reset?route=nope&ip=1.2.3.4", s, &insp, "POST").status == 404);
+  insp.ec = fg::redis::make_error_code(fg::redis::errc::not_connected);
+  CHECK(serve("/limits/reset?route=r&ip=1.2.3.4", s, &insp, "POST").status == 503);
 }

@@ -76,8 +76,8 @@ TEST_CASE("bad configurations report the first problem with line, column and mes
       {"duration with a space", "http:\n  idle_timeout: 5 s\n" + kRoutes, 2, 17,
        "invalid duration '5 s' (want e.g. 250ms, 5s, 1m, 1h)"},
       {"duration with unknown unit",
-       kUpstreams + "    connect_timeout: 1d\n" + routes_rest, 4, 22,
-       "invalid duration '1d' (want e.g. 250ms, 5s, 1m, 1h)"},
+       kUpstreams + "    connect_timeout: 1y\n" + routes_rest, 4, 22,
+       "invalid duration '1y' (want e.g. 250ms, 5s, 1m, 1h)"},
       {"zero duration", "http:\n  header_timeout: 0s\n" + kRoutes, 2, 19, "duration must be greater than zero"},
       {"max_header_bytes too small", "http:\n  max_header_bytes: 512\n" + kRoutes, 2, 21,
        "max_header_bytes must be from 1024 to 1048576"},
@@ -577,7 +577,8 @@ routes:
   CHECK(login.store_error == cfg::on_store_error::local);
   CHECK(login.response.headers == cfg::headers_mode::both);
   CHECK(login.response.status == 429);  // default
-  CHECK(login.response.content_type == "application/json");
+  CHECK(login.response.content_type.empty());  // the format's (application/problem+json)
+  CHECK(login.response.format == cfg::body_format::problem);
   CHECK(c.routes[1].upstream_index == 0);
   CHECK(c.routes[1].store_error == cfg::on_store_error::deny);
   CHECK(c.routes[1].limits.empty());
@@ -717,6 +718,7 @@ TEST_CASE("parse_duration", "[config]") {
   const std::pair<const char*, cfg::duration> good[] = {
       {"250ms", 250ms}, {"5s", 5s},   {"1m", 1min},        {"1h", 1h},
       {"0ms", 0ms},     {"90s", 90s}, {"8784h", 8784h},  // 366 days, the largest accepted
+      {"1d", 24h},      {"2w", 336h}, {"366d", 8784h},
   };
   for (const auto& [text, want] : good) {
     INFO(text);
@@ -724,7 +726,7 @@ TEST_CASE("parse_duration", "[config]") {
     REQUIRE(d);
     CHECK(*d == want);
   }
-  for (const char* text : {"", "5", "ms", "s5", "5sec", "5S", "-5s", "+5s", "5 s", " 5s", "5s ", "1.5s", "1d", "8785h",
+  for (const char* text : {"", "5", "ms", "s5", "5sec", "5S", "-5s", "+5s", "5 s", " 5s", "5s ", "1.5s", "1mo", "367d", "8785h",
                            "99999999999999999999999s"}) {
     INFO(text);
     CHECK_FALSE(cfg::parse_duration(text));

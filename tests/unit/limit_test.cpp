@@ -1165,3 +1165,27 @@ TEST_CASE("script_call reads runs: a constant step per request, the limit from t
   CHECK_FALSE(call.read(&err));
   CHECK_FALSE(call.read(nullptr));
 }
+
+TEST_CASE("a charge adds past the limit to a live key and leaves a gone one alone", "[limit]") {
+  using fg::limit::charge;
+  using fg::limit::evaluate;
+  for (auto algo : {cfg::algorithm::fixed_window, cfg::algorithm::sliding_window, cfg::algorithm::token_bucket,
+                    cfg::algorithm::gcra}) {
+    INFO(static_cast<int>(algo));
+    const bool by_rate = algo == cfg::algorithm::token_bucket || algo == cfg::algorithm::gcra;
+    // 5 per minute (or burst 5 at 5/min)
+    auto l = by_rate ? rated(algo, 5, 60'000, 5) : windowed(algo, 5, 60'000);
+    fg::limit::key_state s;
+    std::int64_t now = 1'000'000;
+    CHECK(evaluate(l, s, now, 1, true).remaining == 4);
+    charge(l, s, now, 2);
+    CHECK(evaluate(l, s, now, 1, true).remaining == 1);
+    charge(l, s, now, 4);  // 8 of 5
+    auto d = evaluate(l, s, now, 1, true);
+    CHECK_FALSE(d.allowed);
+    CHECK(d.retry_ms > 0);
+    fg::limit::key_state gone;
+    charge(l, gone, now, 3);
+    CHECK(gone.expires_at == 0);
+  }
+}

@@ -1,0 +1,163 @@
+"""Plans: a limit's numbers chosen per consumer at request time, from a plan name the
+request carries or from the consumer's API key looked up in a file of SHA-256 digests
+(reloaded on its own when it changes; the unknown refused 401/403 on request), exact on
+the memory store, Redis, Sentinel and a 3-master Cluster; the plan in force in
+RateLimit-Policy, the 429's problem details, /limits, the access log and the metrics."""
+import hashlib
+import json
+
+import pytest
+
+from conftest import get, wait_for
+from stores import KINDS, store_gateway
+from test_admin import admin_get, with_admin
+from test_metrics import scrape, value
+
+
+def route(limits, response=""):
+    return f"""  - name: api
+    match: {{ path_prefix: /api }}
+    upstream: api
+{response}    limits:
+{limits}
+  - name: rest
+    match: {{ path_prefix: / }}
+    upstream: api
+"""
+
+
+BY_HEADER = """      - name: per-key
+        algorithm: fixed_window
+        key: header:X-Api-Key
+        limit: 3
+        window: 1h
+        plans:
+          from: header:X-Plan
+          gold: { limit: 5 }
+          partner: unlimited
+"""
+
+RATE_PLANS = """      - name: per-key
+        algorithm: gcra
+        key: header:X-Api-Key
+        rate: 1/h
+        burst: 2
+        plans:
+          from: header:X-Plan
+          gold: { rate: 1/h, burst: 6 }
+"""
+
+
+def statuses(g, key, n, plan=None, path="/api"):
+    extra = f"X-Api-Key: {key}\r\n" + (f"X-Plan: {plan}\r\n" if plan else "")
+    return [g.request(get(path, extra=extra)).status for _ in range(n)]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_two_plans_on_one_route_admit_exactly_their_numbers(kind, request, gateway_factory):
+    g = store_gateway(kind, request, gateway_factory, routes=route(BY_HEADER), workers=2)
+    assert statuses(g, "a", 7, "gold") == [200] * 5 + [429] * 2
+    assert statuses(g, "b", 5) == [200] * 3 + [429] * 2
+    assert statuses(g, "c", 4, "platinum") == [200] * 3 + [429]  # an unknown plan: the default
+    assert statuses(g, "d", 20, "partner") == [200] * 20  # unlimited: never counted
+    r = g.request(get("/api", extra="X-Api-Key: a\r\nX-Plan: gold\r\n"))
+    assert r.status == 429
+    assert r.header("ratelimit-policy") == '"per-key";q=5;w=3600;plan="gold"'
+    assert r.header("content-type") == "application/problem+json"
+    body = json.loads(r.body)
+    assert body["type"] == "https://iana.org/assignments/http-problem-types#quota-exceeded"
+    assert body["violated-policies"] == ["per-key"] and body["limit"] == "per-key" and body["plan"] == "gold"
+    assert body["status"] == 429 and 1 <= body["retry_after"] <= 3600 and body["retry_after"] == int(r.header("retry-after"))
+    r = g.request(get("/api", extra="X-Api-Key: d\r\nX-Plan: partner\r\n"))
+    assert r.status == 200 and r.header("ratelimit-policy") is None
+    # A consumer moved to another plan keeps its counter: b has used 3 of gold's 5.
+    assert statuses(g, "b", 3, "gold") == [200, 200, 429]
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis", "cluster"])
+def test_rate_plans_admit_their_bursts(kind, request, gateway_factory):
+    g = store_gateway(kind, request, gateway_factory, routes=route(RATE_PLANS), workers=2)
+    assert statuses(g, "a", 8, "gold") == [200] * 6 + [429] * 2
+    assert statuses(g, "b", 4) == [200] * 2 + [429] * 2
+
+
+def consumers_file(path, pairs):
+    path.write_text("# sha256(key) plan\n" + "".join(f"{hashlib.sha256(k.encode()).hexdigest()} {p}\n"
+                                                        for k, p in pairs))
+
+
+def by_consumers(path, unknown="reject"):
+    return f"""      - name: per-key
+        algorithm: fixed_window
+        key: header:X-Api-Key
+        limit: 3
+        window: 1h
+        plans:
+          consumers: "{path}"
+          unknown: {unknown}
+          gold: {{ limit: 5 }}
+          partner: unlimited
+"""
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+def test_a_consumer_file_chooses_the_plan_and_refuses_the_unknown(kind, request, gateway_factory, tmp_path):
+    f = tmp_path / "consumers.txt"
+    consumers_file(f, [("key-gold", "gold"), ("key-free", "default"), ("key-partner", "partner")])
+    g = store_gateway(kind, request, gateway_factory, routes=route(by_consumers(f)))
+    assert statuses(g, "key-gold", 6) == [200] * 5 + [429]
+    assert statuses(g, "key-free", 4) == [200] * 3 + [429]
+    assert statuses(g, "key-partner", 10) == [200] * 10
+    r = g.request(get("/api", extra="X-Api-Key: key-stranger\r\n"))
+    assert r.status == 403 and json.loads(r.body)["status"] == 403, r.body
+    r = g.request(get("/api"))
+    assert r.status == 401 and r.header("www-authenticate"), r.headers
+    assert g.request(get("/elsewhere")).status == 200  # other routes are not gated
+    # The file is read again when it changes: the stranger becomes gold, free partner.
+    consumers_file(f, [("key-gold", "gold"), ("key-free", "partner"), ("key-stranger", "gold")])
+    wait_for("the new consumers", lambda: g.request(get("/api", extra="X-Api-Key: key-stranger\r\n")).status == 200, 15)
+    assert statuses(g, "key-free", 5) == [200] * 5
+    # A bad file keeps the old one, said in the log.
+    f.write_text("not a digest gold\n")
+    wait_for("the bad file refused", lambda: "want a key's SHA-256" in g.log_text(), 15)
+    assert statuses(g, "key-free", 2) == [200] * 2
+    assert g.request(get("/api", extra="X-Api-Key: key-stranger\r\n")).status == 200
+
+
+def test_the_plan_is_visible_in_limits_the_access_log_and_the_metrics(gateway_factory, tmp_path):
+    g = with_admin(lambda extra: gateway_factory(routes=route(BY_HEADER), extra=extra, access_log="file",
+                                                 log_format="json"))
+    assert statuses(g, "a", 6, "gold") == [200] * 5 + [429]
+    assert statuses(g, "b", 1) == [200]
+    r = admin_get(g, "/limits?route=api&header.X-Api-Key=a&header.X-Plan=gold")
+    assert r.status == 200, r.body
+    limit = json.loads(r.body)["limits"][0]
+    assert limit["plan"] == "gold" and limit["quota"] == 5, limit
+    r = admin_get(g, "/limits?route=api&header.X-Api-Key=a&header.X-Plan=partner")
+    limit = json.loads(r.body)["limits"][0]
+    assert limit["plan"] == "partner" and limit["unlimited"] is True, limit
+    series, _ = scrape(g)
+    assert value(series, "floodgate_ratelimit_decisions_total", route="api", limit="per-key", plan="gold",
+                 outcome="allowed") == 5
+    assert value(series, "floodgate_ratelimit_decisions_total", route="api", limit="per-key", plan="gold",
+                 outcome="denied") == 1
+    assert value(series, "floodgate_ratelimit_decisions_total", route="api", limit="per-key", plan="default",
+                 outcome="allowed") == 1
+    g.stop()
+    lines = [json.loads(x) for x in g.access_log.read_text().splitlines()]
+    assert [x["plan"] for x in lines if x["target"] == "/api"][:6] == ["gold"] * 6
+
+
+def test_check_reads_the_consumer_file(tmp_path):
+    import subprocess
+
+    from conftest import BIN
+    f = tmp_path / "consumers.txt"
+    consumers_file(f, [("k", "platinum")])
+    cfg = tmp_path / "floodgate.yaml"
+    cfg.write_text('upstreams:\n  api:\n    address: "127.0.0.1:9000"\nroutes:\n' + route(by_consumers(f)))
+    r = subprocess.run([BIN, "--check", "--config", str(cfg)], capture_output=True, text=True)
+    assert r.returncode == 1 and f"{f}:2: plan 'platinum' is not a plan of limit per-key (route api)" in r.stderr, r.stderr
+    consumers_file(f, [("k", "gold")])
+    r = subprocess.run([BIN, "--check", "--config", str(cfg)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
