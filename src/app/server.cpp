@@ -45,6 +45,14 @@ std::string read_file(const std::string& path) {
   return text;
 }
 
+// A side file's text (a consumer file may be far larger than a configuration), "" if it
+// cannot be read.
+std::string read_side_file(const std::string& path) {
+  std::string text;
+  if (config::read_bounded_file(path, text, limit::consumer_map::max_bytes, "a file")) text.clear();
+  return text;
+}
+
 }  // namespace
 
 server::server(std::string path, std::shared_ptr<config::config> cfg) : path_(std::move(path)) {
@@ -84,7 +92,7 @@ std::vector<std::string> server::watched_files(const config::config& cfg) const 
 
 std::string server::files_hash(const config::config& cfg) {
   std::string all;
-  for (const auto& f : side_files(cfg)) all += util::fnv1a_hex(read_file(f));
+  for (const auto& f : side_files(cfg)) all += util::fnv1a_hex(read_side_file(f));
   return all;
 }
 

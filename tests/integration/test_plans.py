@@ -5,10 +5,12 @@ the memory store, Redis, Sentinel and a 3-master Cluster; the plan in force in
 RateLimit-Policy, the 429's problem details, /limits, the access log and the metrics."""
 import hashlib
 import json
+import random
+import threading
 
 import pytest
 
-from conftest import get, wait_for
+from conftest import Reader, Thread, get, join_all, read_response, wait_for
 from stores import KINDS, store_gateway
 from test_admin import admin_get, with_admin
 from test_metrics import scrape, value
@@ -161,3 +163,33 @@ def test_check_reads_the_consumer_file(tmp_path):
     consumers_file(f, [("k", "gold")])
     r = subprocess.run([BIN, "--check", "--config", str(cfg)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_a_consumer_file_reloaded_under_load_loses_no_request(gateway_factory, tmp_path):
+    # 100,000 consumers; four clients keep asking while the file is rewritten and read
+    # again: every request is answered, and answered 200 (all partner: unlimited).
+    f = tmp_path / "consumers.txt"
+    consumers_file(f, [(f"k{i}", "partner") for i in range(100_000)])
+    g = store_gateway("memory", None, gateway_factory, routes=route(by_consumers(f)), workers=2)
+    stop, statuses = threading.Event(), []
+
+    def client(seed):
+        rnd = random.Random(seed)
+        with g.connect(timeout=10) as s:
+            rd = Reader(s)
+            while not stop.is_set():
+                s.sendall(get("/api", extra=f"X-Api-Key: k{rnd.randrange(100_000)}\r\n"))
+                statuses.append(read_response(s, reader=rd).status)
+
+    threads = [Thread(target=client, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    wait_for("requests under way", lambda: len(statuses) > 200, 10)
+    consumers_file(f, [(f"k{i}", "partner") for i in range(100_000)] + [("k-new", "gold")])
+    wait_for("the file read again", lambda: g.log_text().count("consumers.txt: 100001 consumer(s)") == 1, 20)
+    before = len(statuses)
+    wait_for("requests after the reload", lambda: len(statuses) > before + 200, 10)
+    stop.set()
+    join_all(threads, 10)
+    assert set(statuses) == {200}, {s: statuses.count(s) for s in set(statuses)}
+    assert g.request(get("/api", extra="X-Api-Key: k-new\r\n")).status == 200
