@@ -62,7 +62,9 @@ for s = 1, v[2] do
     algo = algo(now, ceil, floor, whole, read_state, zadd_all)
     ALGOS[code] = algo
   end
-  specs[s] = {algo, v[at + 1], v[at + 2], v[at + 3], v[at + 4], v[at + 5] == 1}
+  -- (the sixth number: shadow 1/0 plus twice max_delay ms, on_exceed: delay's)
+  local flags = v[at + 5]
+  specs[s] = {algo, v[at + 1], v[at + 2], v[at + 3], v[at + 4], flags % 2 == 1, (flags - flags % 2) / 2}
   at = at + 6
 end
 for h = 1, v[3] do

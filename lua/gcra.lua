@@ -23,8 +23,15 @@ ALGOS[GCRA] = function(now, ceil, floor, whole, read_state)
         if tat < 0 and (-tat >= t - 1e-9 or -tat > 2 + 1e-9) then tat = 0 end
       end
       local new_tat = tat + t * cost
-      if new_tat - tolerance > 1e-9 then
-        return count, 0, mmax(0, floor((tolerance - tat) / t)), ceil(mmax(tat, 0)), mmax(1, ceil(new_tat - tolerance)), 0, 0
+      local wait = new_tat - tolerance
+      if wait > 1e-9 then
+        -- on_exceed: delay (spec[7], max_delay ms): admitted now, to go after its wait
+        -- (retry_ms of an admission); one at a time, each later than the one before.
+        if spec[7] > 0 and wait <= spec[7] + 1e-9 then
+          if commit then st.o, st.r, st.dirty = origin, new_tat + frac, true end
+          return 1, 1, 0, ceil(new_tat), ceil(wait), 0, 0
+        end
+        return count, 0, mmax(0, floor((tolerance - tat) / t)), ceil(mmax(tat, 0)), mmax(1, ceil(wait)), 0, 0
       end
       -- Admitted while each is no earlier than its allowed time; their resets are evenly
       -- spaced only if cost*T is whole ms, else one at a time.

@@ -27,7 +27,7 @@
 -- cluster node, a call carrying keys of many slots fails
 -- at its first key the node does not serve, before it has written anything, and is sent
 -- again slot by slot (src/store/cluster_batcher.hpp). A new algorithm must keep this.
--- spec = {algorithm, a, b, c, cost, shadow}. A script runs atomically, so reading each key
+-- spec = {algorithm, a, b, c, cost, shadow, max_delay ms (0: reject)}. A script runs atomically, so reading each key
 -- once, deciding every request of the call in memory and writing each key once is the
 -- same as one call per request, at a fraction of the work: a run of alike requests
 -- costs a few arithmetic steps, not a Lua call and four numbers each.

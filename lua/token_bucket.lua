@@ -21,7 +21,14 @@ ALGOS[TB] = function(now, ceil, floor, whole, read_state)
         if full_for > 0 and full_for < 1 / rate - 1e-9 and full_for <= 2 + 1e-9 then stamp = now - full_for end
       end
       if tokens + 1e-9 < cost then
-        return count, 0, floor(tokens), ceil((burst - tokens) / rate), mmax(1, ceil((cost - tokens) / rate)), 0, 0
+        local wait = (cost - tokens) / rate
+        -- on_exceed: delay (spec[7], max_delay ms): the tokens taken ahead (below zero),
+        -- the request to go once they have come; one at a time.
+        if spec[7] > 0 and wait <= spec[7] + 1e-9 then
+          if commit then st.t, st.s, st.dirty = tokens - cost, stamp, true end
+          return 1, 1, 0, ceil((burst - tokens + cost) / rate), ceil(wait), 0, 0
+        end
+        return count, 0, floor(tokens), ceil((burst - tokens) / rate), mmax(1, ceil(wait)), 0, 0
       end
       -- Admitted while tokens last; their resets are evenly spaced only if a cost's
       -- worth of tokens takes whole ms to come back, else one at a time.

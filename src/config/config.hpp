@@ -94,6 +94,8 @@ struct http_config {
   duration header_timeout{10'000};
   duration idle_timeout{60'000};
   duration drain_timeout{30'000};
+  // Requests waiting for their turn (on_exceed: delay) per worker; past it, 429.
+  std::size_t max_delayed = 1024;
   // Open downstream connections per process; 0 = sized from the descriptor limit.
   std::size_t max_connections = 0;
 };
@@ -267,6 +269,10 @@ struct limit_config {
   // A response header whose number is charged to the key after the response (a
   // post-charge: the balance may go past the limit); "" = none.
   std::string charge_header;
+  // on_exceed: delay (gcra, token_bucket): a request over the limit that would be
+  // admitted within max_delay is admitted now and waits for its turn before it goes
+  // upstream (nginx's limit_req burst/delay); beyond it, the route's 429.
+  duration max_delay{0};  // 0: on_exceed: reject
   bool shadow = false;
   config::on_missing_key missing_key = on_missing_key::anonymous;
   // align: calendar (fixed_window): the window is the calendar day, week (from Monday) or

@@ -226,6 +226,7 @@ class loader {
     if (auto n = o.get("idle_timeout"); present(n)) set(h.idle_timeout, positive_duration(n));
     if (auto n = o.get("drain_timeout"); present(n)) set(h.drain_timeout, positive_duration(n));
     if (auto n = o.get("max_connections"); present(n)) set(h.max_connections, r_.unsigned_int(n, 0, 10'000'000));
+    if (auto n = o.get("max_delayed"); present(n)) set(h.max_delayed, r_.unsigned_int(n, 0, 1'000'000));
   }
 
   void tls(const YAML::Node& node, tls_config& t) {

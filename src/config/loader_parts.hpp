@@ -55,6 +55,7 @@ class route_loader {
   std::optional<key_source> key(const YAML::Node& n);
   void cost(const YAML::Node& n, limit_config& l, const std::optional<std::string>& algo);
   void calendar(yaml_reader::object& o, limit_config& l, const YAML::Node& window_n, bool month);
+  void on_exceed(yaml_reader::object& o, limit_config& l, const std::optional<std::string>& algo);
   void limits(const YAML::Node& node, route_config& rc);
   void check_algorithm_keys(const YAML::Node& ln, const std::string& algo, limit_config& l, const YAML::Node& limit_n,
                             const YAML::Node& window_n, const YAML::Node& rate_n, const YAML::Node& burst_n);

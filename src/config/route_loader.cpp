@@ -207,6 +207,25 @@ std::optional<key_source> key_source_of(yaml_reader& r_, const YAML::Node& n) {
 
 std::optional<key_source> route_loader::key(const YAML::Node& n) { return key_source_of(r_, n); }
 
+// on_exceed: reject | delay, and max_delay (gcra and token_bucket, at most a minute).
+void route_loader::on_exceed(yaml_reader::object& o, limit_config& l, const std::optional<std::string>& algo) {
+  const auto n = o.get("on_exceed"), d = o.get("max_delay");
+  bool delay = false;
+  if (present(n))
+    if (auto v = r_.one_of(n, {"reject", "delay"})) delay = *v == "delay";
+  if (!delay) {
+    if (present(d)) r_.error(d, "max_delay is read with on_exceed: delay only");
+    return;
+  }
+  if (algo && !rate_based(l)) r_.error(n, "on_exceed: delay is for gcra and token_bucket");
+  if (!present(d)) {
+    r_.error(n, "on_exceed: delay needs max_delay (how long a request may wait for its turn, e.g. 500ms)");
+    return;
+  }
+  set(l.max_delay, positive_duration(r_, d));
+  if (l.max_delay > std::chrono::minutes(1)) r_.error(d, "max_delay is at most 1m");
+}
+
 // align: calendar and timezone: a fixed_window of 1d, 1w or 1mo ending at midnight in a zone.
 void route_loader::calendar(yaml_reader::object& o, limit_config& l, const YAML::Node& window_n, bool month) {
   const auto align_n = o.get("align"), tz_n = o.get("timezone");
@@ -311,6 +330,7 @@ void route_loader::limits(const YAML::Node& node, route_config& rc) {
       r_.error(ln, "limit '" + l.name + "': a cost from the request or the response is for fixed_window, "
                    "sliding_window, token_bucket and gcra (not " + *algo + ")");
     if (auto n = o.get("shadow"); present(n)) set(l.shadow, r_.boolean(n));
+    on_exceed(o, l, algo);
     if (auto n = o.get("on_missing_key"); present(n)) {
       if (auto s = r_.one_of(n, {"anonymous", "skip"}))
         l.missing_key = *s == "skip" ? on_missing_key::skip : on_missing_key::anonymous;

@@ -152,6 +152,8 @@ class session {
   void head_arrived(const config::route_config& route, clock::time_point t0);
   void charge_after(const bhttp::response_header<>& res);
   asio::awaitable<outcome> refuse(limit::status st);
+  asio::awaitable<outcome> forward_in_turn();
+  asio::awaitable<bool> wait_turn(std::chrono::milliseconds wait);
   asio::awaitable<outcome> send_local(unsigned status, bool keep_alive, std::string_view body = {},
                                       std::string_view extra = {}, std::string_view content_type = {});
   // After a refusal (429, 503), the connection stays open only if the unread body
@@ -227,6 +229,7 @@ class session {
   limit::limit_call limits_;  // this request's limits and what they said
   std::uint64_t bytes_in_ = 0, bytes_out_ = 0;
   double upstream_ms_ = -1;
+  std::int64_t delayed_ms_ = 0;  // how long this request waited for its turn (on_exceed: delay)
   clock::time_point started_;
   std::size_t requests_ = 0;
   bool parked_ = false;

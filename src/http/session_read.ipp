@@ -4,6 +4,8 @@
 #include <boost/asio/write.hpp>
 #include <spdlog/spdlog.h>
 
+#include <sys/socket.h>
+
 #include <array>
 #include <charconv>
 #include <optional>
@@ -12,6 +14,7 @@
 #include "http/session_impl.hpp"
 #include "limit/denial.hpp"
 #include "limit/keys.hpp"
+#include "limit/rate_headers.hpp"
 #include "obs/access_log.hpp"
 #include "obs/logging.hpp"
 #include "obs/metrics.hpp"
@@ -164,7 +167,7 @@ asio::awaitable<bool> session<Stream>::run() {
       }
       if (ad_.status) o = co_await send_local(ad_.status, ad_.keep_alive, ad_.body);
       else if (st != limit::status::ok) o = co_await refuse(st);
-      else o = co_await forward();
+      else o = co_await forward_in_turn();
       give_back_body_buf();
     }
     if (o == outcome::close) co_await lingering_close();
@@ -180,6 +183,7 @@ void session<Stream>::begin_request() {
   if (ctx_.access && ctx_.access->enabled()) started_ = clock::now();
   bytes_in_ = bytes_out_ = 0;
   upstream_ms_ = -1;
+  delayed_ms_ = 0;
   limits_.headers.clear();
   limits_.asked = false;
   if (peer_key_rt_ != rt_) peer_key_ = rt_->client_ip.key_of(peer_), peer_key_rt_ = rt_;
@@ -238,7 +242,7 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::send_local(u
     started_ = clock::now();
     auto* log = ctx_.access.get();
     if (log && log->enabled())
-      log->write({peer_str_, "-", "-", status, 0, 0, -1, 0, ad_.request_id, "", ""});
+      log->write({peer_str_, "-", "-", status, 0, 0, -1, 0, ad_.request_id, "", "", 0});
   }
   std::array<asio::const_buffer, 1> bufs{asio::buffer(text)};
   auto [ec, n] = co_await write_down(bufs);
@@ -265,6 +269,7 @@ void session<Stream>::log_request(unsigned status) {
   r.total_ms = std::chrono::duration<double, std::milli>(clock::now() - started_).count();
   r.request_id = ad_.request_id;
   if (ad_.route >= 0) r.route = rt_->cfg->routes[static_cast<std::size_t>(ad_.route)].name;
+  r.delay_ms = delayed_ms_;
   for (const auto& c : limits_.checks)
     if (limits_.asked && !c.cfg->plan.empty()) {
       r.plan = c.cfg->plan;
@@ -355,6 +360,59 @@ void session<Stream>::charge_after(const bhttp::response_header<>& res) {
       amount += bytes_in_ - 1;
     if (amount) limits_.asked_source->charge(limits_, i, amount);
   }
+}
+
+// A request a limit admitted to wait for its turn (on_exceed: delay) waits, holding no
+// upstream connection, then goes; one past the worker's http.max_delayed gets the
+// route's 429 instead, and one whose client goes away meanwhile is dropped at once.
+template <class Stream>
+asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward_in_turn() {
+  std::int64_t wait = 0;
+  for (std::size_t i = 0; i < limits_.checks.size(); ++i) {
+    const auto& d = limits_.decisions[i];
+    if (d.allowed && d.retry_ms > 0 && limits_.checks[i].cfg->max_delay.count() > 0 && !limits_.checks[i].cfg->shadow)
+      wait = std::max(wait, d.retry_ms);
+  }
+  if (wait == 0) co_return co_await forward();
+  if (ctx_.delayed >= rt_->cfg->http.max_delayed) {
+    // (what it took stays taken: the worker is past what it holds for later)
+    for (std::size_t i = 0; i < limits_.checks.size(); ++i)
+      if (limits_.decisions[i].retry_ms > 0 && limits_.decisions[i].allowed) limits_.decisions[i].allowed = false;
+    limits_.headers.clear();
+    limit::append_rate_headers(limits_.headers, limits_.route->response.headers, limits_.checks, limits_.decisions,
+                               true);
+    co_return co_await refuse(limit::status::over_limit);
+  }
+  delayed_ms_ = wait;
+  ++ctx_.delayed;
+  const bool gone = co_await wait_turn(std::chrono::milliseconds(wait));
+  --ctx_.delayed;
+  if (gone) {
+    log_request(499);
+    co_return outcome::closed;
+  }
+  co_return co_await forward();
+}
+
+// Waits `wait`; true when the client went away meanwhile (a plain connection's close is
+// seen at once; a TLS one's bytes are OpenSSL's to read, so it waits its turn out).
+template <class Stream>
+asio::awaitable<bool> session<Stream>::wait_turn(std::chrono::milliseconds wait) {
+  using namespace asio::experimental::awaitable_operators;
+  asio::steady_timer timer(socket_.get_executor());
+  timer.expires_after(wait);
+  watch_->arm(wait + std::chrono::seconds(1));
+  auto* sock = socket_of(socket_);
+  if (sock && is_socket<Stream> && buffer_.size() == 0) {
+    auto r = co_await (timer.async_wait(util::use_tuple) || sock->async_wait(tcp::socket::wait_read, util::use_tuple));
+    if (r.index() == 0) co_return watch_->expired;
+    char probe;
+    const auto n = ::recv(sock->native_handle(), &probe, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) co_return true;
+  }
+  // (bytes of the next request, pipelined, or a TLS stream: the turn is waited out)
+  auto [ec] = co_await timer.async_wait(util::use_tuple);
+  co_return watch_->expired;
 }
 
 }  // namespace fg::http::detail

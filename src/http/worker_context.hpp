@@ -50,6 +50,7 @@ struct worker_context {
   bool draining = false;
   unsigned id = 0;
   std::size_t parked = 0;  // keep-alive connections parked now: a socket and a wait, no session
+  std::size_t delayed = 0;  // requests waiting for their turn now (on_exceed: delay; http.max_delayed)
   // TLS handshakes in progress (tls.max_handshakes), and the connections refused past it
   // or failing theirs (the log lines' counts).
   std::size_t handshakes = 0;

@@ -124,6 +124,11 @@ decision sliding_window(const config::limit_config& c, key_state& s, std::int64_
   return d;
 }
 
+// on_exceed: delay: a request whose turn is `wait` ms away is admitted to wait for it.
+bool delayable(const config::limit_config& c, double wait) {
+  return c.max_delay.count() > 0 && wait <= static_cast<double>(c.max_delay.count()) + 1e-9;
+}
+
 // A request late for its turn by less than min(T, 2 ms) (T = 1/rate), behind a store
 // round trip or a scheduler tick, keeps that turn's time: the limit's clock is not
 // pushed back by the lateness, so a flood is admitted rate x time, not less by every
@@ -149,6 +154,18 @@ decision token_bucket(const config::limit_config& c, key_state& s, std::int64_t 
   decision d;
   d.limit = c.burst;
   const double need = static_cast<double>(cost);
+  if (tokens + 1e-9 < need && delayable(c, (need - tokens) / rate)) {
+    // on_exceed: delay: the tokens taken ahead, the request to go once they have come.
+    d.remaining = 0;
+    d.retry_ms = ceil_ms((need - tokens) / rate);
+    d.reset_ms = ceil_ms((burst - tokens + need) / rate);
+    if (commit) {
+      s.tokens = tokens - need;
+      s.stamp = stamp;
+      s.expires_at = now + d.reset_ms + 3;
+    }
+    return d;
+  }
   if (tokens + 1e-9 < need) {
     d.allowed = false;
     d.remaining = static_cast<std::uint64_t>(std::floor(tokens + 1e-9));
@@ -180,6 +197,18 @@ decision gcra(const config::limit_config& c, key_state& s, std::int64_t now, std
   double allow_at = new_tat - tolerance;
   decision d;
   d.limit = c.burst;
+  if (allow_at > 1e-9 && delayable(c, allow_at)) {
+    // on_exceed: delay: admitted now, to go at its turn.
+    d.remaining = 0;
+    d.retry_ms = ceil_ms(allow_at);
+    d.reset_ms = ceil_ms(new_tat);
+    if (commit) {
+      s.count = now;
+      s.stamp = new_tat;
+      s.expires_at = now + d.reset_ms + 3;
+    }
+    return d;
+  }
   if (allow_at > 1e-9) {
     d.allowed = false;
     d.retry_ms = std::max<std::int64_t>(1, ceil_ms(allow_at));

@@ -24,7 +24,8 @@ struct decision {
   std::uint64_t limit = 0;      // quota (limit, or burst for rate-based algorithms)
   std::uint64_t remaining = 0;  // quota left after this request (if allowed)
   std::int64_t reset_ms = 0;    // until the quota is whole again / the window ends
-  std::int64_t retry_ms = 0;    // when denied: until a retry can succeed
+  std::int64_t retry_ms = 0;    // when denied: until a retry can succeed; when allowed by
+                                // on_exceed: delay: how long it waits for its turn
 };
 
 }  // namespace fg::limit

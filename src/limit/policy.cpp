@@ -88,10 +88,12 @@ status policy::answered(limit_call& c, status s, bool local) {
   if (metrics_ && local) count(c, obs::outcome::local_fallback);
   else if (metrics_)
     for (std::size_t i = 0; i < c.checks.size(); ++i) {
-      const bool ok = c.decisions[i].allowed;
-      metrics_->decision(c.checks[i].cfg->index, ok                     ? obs::outcome::allowed
-                                                 : c.checks[i].cfg->shadow ? obs::outcome::shadow_denied
-                                                                           : obs::outcome::denied);
+      const auto& d = c.decisions[i];
+      const auto& l = *c.checks[i].cfg;
+      metrics_->decision(l.index, d.allowed && d.retry_ms > 0 && l.max_delay.count() > 0 ? obs::outcome::delayed
+                                  : d.allowed                                          ? obs::outcome::allowed
+                                  : l.shadow                                           ? obs::outcome::shadow_denied
+                                                                                       : obs::outcome::denied);
     }
   for (std::size_t i = 0; i < c.checks.size(); ++i) {
     if (c.decisions[i].allowed || !c.checks[i].cfg->shadow) continue;

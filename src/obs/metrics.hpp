@@ -26,10 +26,11 @@ enum class outcome : unsigned {
   store_error_allowed,
   store_error_denied,
   local_fallback,
+  delayed,  // admitted to wait for its turn (on_exceed: delay)
 };
-inline constexpr std::size_t outcome_count = 6;
+inline constexpr std::size_t outcome_count = 7;
 inline constexpr std::string_view outcome_names[outcome_count] = {
-    "allowed", "denied", "shadow_denied", "store_error_allowed", "store_error_denied", "local_fallback"};
+    "allowed", "denied", "shadow_denied", "store_error_allowed", "store_error_denied", "local_fallback", "delayed"};
 
 // Why a store call failed (floodgate_store_errors_total's cause).
 enum class store_cause : unsigned { timeout, disconnected, not_connected, protocol, other };

@@ -68,7 +68,8 @@ std::size_t script_call::spec_index(const check& c) {
     append_int(specs_, 0);
   }
   append_int(specs_, static_cast<std::int64_t>(c.cost));
-  append_int(specs_, l.shadow ? 1 : 0);
+  // (shadow 1/0 and on_exceed: delay's max_delay in one number: lua/evaluate.lua)
+  append_int(specs_, (l.shadow ? 1 : 0) + 2 * static_cast<std::int64_t>(l.max_delay.count()));
   return spec_ids_.size();
 }
 

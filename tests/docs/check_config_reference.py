@@ -49,6 +49,7 @@ SECTIONS = {
     ("route_loader.cpp", "response", "o"): "routes[].response.",
     ("route_loader.cpp", "limits", "o"): "routes[].limits[].",
     ("route_loader.cpp", "calendar", "o"): "routes[].limits[].",
+    ("route_loader.cpp", "on_exceed", "o"): "routes[].limits[].",
     ("plan_loader.cpp", "load_plans", "o"): "routes[].limits[].plans.",
     ("plan_loader.cpp", "plan", "po"): "routes[].limits[].plans.<plan>.",
 }
@@ -232,6 +233,8 @@ def config_for(keys):
                 limit = dict(RATE_LIMIT if field in RATE_KEYS else WINDOW_LIMIT)
                 if field == "timezone":  # (read with align: calendar, a day long)
                     limit.update(align="calendar", window="1d")
+                if field == "max_delay":  # (gcra's, with on_exceed: delay)
+                    limit = dict(RATE_LIMIT, on_exceed="delay")
                 limit[field] = value
                 route["limits"] = [limit]
             else:

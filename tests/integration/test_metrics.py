@@ -30,7 +30,8 @@ def value(series, name, **labels):
     return 0.0
 
 
-OUTCOMES = ("allowed", "denied", "shadow_denied", "store_error_allowed", "store_error_denied", "local_fallback")
+OUTCOMES = ("allowed", "denied", "shadow_denied", "store_error_allowed", "store_error_denied", "local_fallback",
+            "delayed")
 
 
 def decisions(g, route, limit):
