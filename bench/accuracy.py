@@ -34,7 +34,17 @@ LIMITS = {
     "gcra 100/s b1": ("algorithm: gcra, rate: 100/s, burst: 1", lambda s: 100 * s + 1),
     "gcra 1000/s b1": ("algorithm: gcra, rate: 1000/s, burst: 1", lambda s: 1000 * s + 1),
     "gcra 1000/s b20": ("algorithm: gcra, rate: 1000/s, burst: 20", lambda s: 1000 * s + 20),
+    # A plan's numbers (the request says gold), a wait instead of a 429 (wrk -c2: two wait
+    # at most, the rest go at the limit's pace), a calendar day's quota.
+    "gcra plan gold 1000/s": ('algorithm: gcra, rate: 100/s, burst: 1, plans: {from: "header:X-Plan", '
+                              "gold: {rate: 1000/s, burst: 20}}", lambda s: 1000 * s + 20),
+    "gcra 100/s b1 delay": ("algorithm: gcra, rate: 100/s, burst: 1, on_exceed: delay, max_delay: 200ms",
+                            lambda s: 100 * s + 1),
+    "fixed_window 500/1d cal": ("algorithm: fixed_window, limit: 500, window: 1d, align: calendar, timezone: UTC",
+                                lambda s: 500),
 }
+# Headers a row's requests carry besides X-Id.
+HEADERS = {"gcra plan gold 1000/s": ["X-Plan: gold"]}
 
 
 def start_gateway(work, store, redis_port, origin_port):
@@ -64,11 +74,12 @@ routes:
     return p, port
 
 
-def flood(port, path):
+def flood(port, path, headers=()):
     """One wrk per identity, all at once; returns (admitted, seconds) per identity."""
     procs = []
+    extra = [a for h in headers for a in ("-H", h)]
     for i in range(IDS):
-        procs.append(subprocess.Popen(["wrk", "-t1", "-c2", f"-d{SECONDS}s", "-H", f"X-Id: id{i}-{time.time()}",
+        procs.append(subprocess.Popen(["wrk", "-t1", "-c2", f"-d{SECONDS}s", "-H", f"X-Id: id{i}-{time.time()}", *extra,
                                        f"http://127.0.0.1:{port}{path}"], stdout=subprocess.PIPE, text=True))
     out = []
     for p in procs:
@@ -102,7 +113,7 @@ def main():
         for i, (name, (_, promised)) in enumerate(LIMITS.items()):
             cells = []
             for store in ("memory", "redis"):
-                results = flood(gateways[store], f"/r{i}")
+                results = flood(gateways[store], f"/r{i}", HEADERS.get(name, ()))
                 ratios = [admitted / promised(dur) for admitted, dur in results]
                 mean = sum(ratios) / len(ratios)
                 cells.append(f"{mean:5.3f} ({min(ratios):.3f}..{max(ratios):.3f})")
