@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import Thread, get, join_all, read_response, wait_for
+from conftest import SANITIZED, Thread, get, join_all, read_response, wait_for
 from stores import store_gateway
 from test_metrics import scrape, value
 
@@ -118,3 +118,28 @@ def test_check_refuses_delay_where_it_cannot_be():
                            + limit)
             r = subprocess.run([BIN, "--check", "--config", str(cfg)], capture_output=True, text=True)
             assert r.returncode == 1 and want in r.stderr, (limit, r.stderr)
+
+
+@pytest.mark.skipif(SANITIZED, reason="the sanitizer's allocator keeps freed memory in quarantine")
+def test_a_flood_of_waiting_requests_stays_bounded(gateway_factory):
+    # 30 keys, 3 requests each, all at once, against one every 5 s (max_delay 5 s): per key
+    # one goes at once and one may wait (max_delay x rate); the worker holds 20 waiting
+    # (http.max_delayed); the rest are refused at once, and memory stays small.
+    g = gateway_factory(routes=route(max_delay="5s").replace("rate: 2/s", "rate: 12/m"), http={"max_delayed": 20},
+                        workers=1)
+    ready, go, out = threading.Barrier(90), threading.Event(), []
+
+    def one(i):
+        with socket.create_connection(("127.0.0.1", g.port), timeout=20) as s:
+            ready.wait(20)
+            go.wait(20)
+            s.sendall(get("/echo", extra=f"X-Client: k{i % 30}\r\n"))
+            out.append(read_response(s).status)
+
+    threads = [Thread(target=one, args=(i,)) for i in range(90)]
+    for t in threads:
+        t.start()
+    go.set()
+    join_all(threads, 60)
+    assert (out.count(200), out.count(429)) == (50, 40), {s: out.count(s) for s in set(out)}
+    assert g.peak_rss_kib() < 100 * 1024, g.peak_rss_kib()
