@@ -3,7 +3,7 @@ within max_delay waits for its turn, then goes upstream (nginx's burst/delay); b
 429. The wait never exceeds max_delay, the waiting requests are bounded per worker
 (http.max_delayed; per key by the limit itself: max_delay x rate), a client that goes
 away while it waits is never forwarded, and every delayed request is logged with its
-wait and counted (outcome delayed). On the memory store, Redis and a Cluster.
+wait and counted (outcome delayed). On the memory store, Redis, Sentinel and a Cluster.
 
 The requests of a test come together (threads released at once) against a limit of one
 every 500 ms: what each gets does not depend on a few ms of scheduling."""
@@ -58,11 +58,11 @@ def delays(g):
                   if json.loads(line)["target"] == "/echo")
 
 
-@pytest.mark.parametrize("kind", ["memory", "redis", "cluster"])
+@pytest.mark.parametrize("kind", ["memory", "redis", "sentinel", "cluster"])
 @pytest.mark.parametrize("algorithm", ["gcra", "token_bucket"])
 def test_requests_over_the_limit_wait_their_turn_within_max_delay(kind, algorithm, request, gateway_factory):
-    if kind == "cluster" and algorithm == "token_bucket":
-        pytest.skip("one algorithm through the Cluster: the delay path is the same")
+    if kind in ("sentinel", "cluster") and algorithm == "token_bucket":
+        pytest.skip("one algorithm through Sentinel and the Cluster: the delay path is the same")
     g = store_gateway(kind, request, gateway_factory, routes=route(algorithm), access_log="file", log_format="json",
                       workers=2)
     # One at once, four waiting 0.5, 1, 1.5 and 2 s (max_delay), the other three refused.
