@@ -20,7 +20,7 @@ runtime_pkgs=(ca-certificates tzdata libdate-tz3 libboost-program-options1.81.0 
 # testssl.sh: test_tls.py checks the TLS listener with it (protocols, ciphers, SNI).
 test_pkgs=(redis-server redis-sentinel python3 python3-pytest python3-yaml openssl testssl.sh faketime buildah debootstrap iproute2 wrk
            clang-16 libfuzzer-16-dev libclang-rt-16-dev)
-bench_pkgs=(nginx-light util-linux procps)
+bench_pkgs=(nginx-light haproxy util-linux procps)
 
 want=("${build_pkgs[@]}")
 case "${1:-build}" in
@@ -42,8 +42,9 @@ if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-# The packaged redis-server and redis-sentinel start system instances; tests run their own.
-for svc in redis-server redis-sentinel; do
+# The packaged redis-server, redis-sentinel and haproxy start system instances; tests and
+# benchmarks run their own.
+for svc in redis-server redis-sentinel haproxy; do
   if printf '%s\n' "${missing[@]}" | grep -qx "$svc"; then
     (systemctl disable --now "$svc" 2>/dev/null || service "$svc" stop 2>/dev/null || true) >/dev/null
   fi

@@ -31,7 +31,8 @@ send_batch& send_batch::of_this_thread() {
 send_batch* send_batch::current() { return collecting; }
 
 send_batch::collect::collect(bool wanted) {
-  if (wanted && of_this_thread().open()) batch_ = &of_this_thread();
+  // (inside another collect: its writes go with the outer one's, when that one ends)
+  if (wanted && !collecting && of_this_thread().open()) batch_ = &of_this_thread();
 }
 
 send_batch::collect::~collect() {
@@ -63,6 +64,12 @@ void send_batch::submit() {
   if (queued_.empty()) return;
   auto writes = std::move(queued_);
   queued_.clear();
+  // One write alone goes as an ordinary one: the ring saves nothing then.
+  if (writes.size() == 1) {
+    auto& w = writes.front();
+    boost::asio::async_write(*w.socket, w.bufs, std::move(w.done));
+    return;
+  }
   for (std::size_t at = 0; at < writes.size(); at += ring_entries)
     send(std::span(writes).subspan(at, std::min<std::size_t>(ring_entries, writes.size() - at)));
 }

@@ -23,7 +23,9 @@ namespace fg::upstream {
 //
 // Per worker thread. While a `collect` lives, the session's upstream writes are queued
 // here (`current()` is set); when it ends they are sent with MSG_DONTWAIT, so nothing
-// blocks, and each write completes through its executor. A write the socket did not
+// blocks, and each write completes through its executor. A collect inside another does
+// nothing (the outer one sends); one write alone goes as an ordinary Asio write. The
+// worker's loop holds one per turn (app/worker.cpp, run_in_turns). A write the socket did not
 // take whole goes on as an ordinary Asio write from where it stopped. Where io_uring
 // is not available (an old kernel, a seccomp profile), nothing collects and writes go
 // out one by one as before.

@@ -160,3 +160,42 @@ TEST_CASE("send_batch: a write to a closed connection completes with an error", 
   }
   CHECK(r.ec);
 }
+
+TEST_CASE("send_batch: a collect inside another sends with the outer one, a lone write as an ordinary one",
+          "[upstream]") {
+  asio::io_context io;
+  auto pairs = connect_pairs(io, 2);
+  std::string a = "first", b = "second";
+  std::array<asio::const_buffer, 1> ba{asio::buffer(a)}, bb{asio::buffer(b)};
+  result ra, rb;
+  {
+    send_batch::collect outer;
+    if (!outer.active()) {
+      WARN("io_uring is not available here: writes go one by one (not tested)");
+      return;
+    }
+    {
+      send_batch::collect inner;  // (the loop's turn holds the outer one: a Redis reply's resumption is inside it)
+      CHECK_FALSE(inner.active());
+      send_batch::current()->add(pairs[0].client, ba, record(ra));
+    }
+    // The inner one's end sent nothing: the outer one is still collecting.
+    CHECK(send_batch::current() != nullptr);
+    CHECK(pairs[0].server.available() == 0);
+    send_batch::current()->add(pairs[1].client, bb, record(rb));
+  }
+  io.run();
+  CHECK((ra.called && !ra.ec && rb.called && !rb.ec));
+  CHECK(read_exactly(pairs[0].server, a.size()) == a);
+  CHECK(read_exactly(pairs[1].server, b.size()) == b);
+  // One write alone: an ordinary write, completed the same way.
+  result rc;
+  {
+    send_batch::collect one;
+    send_batch::current()->add(pairs[0].client, ba, record(rc));
+  }
+  io.restart();
+  io.run();
+  CHECK((rc.called && !rc.ec && rc.n == a.size()));
+  CHECK(read_exactly(pairs[0].server, a.size()) == a);
+}
