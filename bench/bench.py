@@ -139,15 +139,20 @@ def parse_ms(text):
     return v / 1000 if unit == "us" else v * 1000 if unit == "s" else v
 
 
-def wrk(port, conns, seconds, path="/", expect_errors=False):
-    out = subprocess.run(["taskset", "-c", CLIENT_CORE, "wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "--latency",
-                          f"http://127.0.0.1:{port}{path}"], capture_output=True, text=True, check=True).stdout
+def wrk(port, conns, seconds, path="/", expect_errors=False, scheme="http", headers=()):
+    """One wrk run (one thread, on the client's core): (req/s, p50 ms, p99 ms). Also sets
+    wrk.last_requests, wrk.last_non2xx and wrk.last_socket_errors ("" for none)."""
+    extra = [a for h in headers for a in ("-H", h)]
+    out = subprocess.run(["taskset", "-c", CLIENT_CORE, "wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "--latency", *extra,
+                          f"{scheme}://127.0.0.1:{port}{path}"], capture_output=True, text=True, check=True).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     wrk.last_requests = int(re.search(r"(\d+) requests in", out).group(1))
     p50 = parse_ms(re.search(r"\s50%\s+(\S+)", out).group(1))
     p99 = parse_ms(re.search(r"\s99%\s+(\S+)", out).group(1))
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     sock_err = re.search(r"Socket errors: (.*)", out)
+    wrk.last_non2xx = int(errors.group(1)) if errors else 0
+    wrk.last_socket_errors = sock_err.group(1) if sock_err else ""
     if (errors and not expect_errors) or sock_err:
         print(f"  warning: port {port} c={conns}: {errors.group(0) if errors else ''} {sock_err.group(0) if sock_err else ''}")
     return rps, p50, p99

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402
-from bench import CLIENT_CORE, FLOODGATE, SERVER_CORE, free_port, nginx, wait_port  # noqa: E402
+from bench import FLOODGATE, SERVER_CORE, free_port, nginx, wait_port  # noqa: E402
 from tls import rss_kib  # noqa: E402
 
 LIMIT = """      - name: per-key
@@ -74,13 +74,8 @@ def start(conf, log):
 
 
 def wrk(port, path, seconds, conns=64):
-    out = subprocess.run(["taskset", "-c", CLIENT_CORE, "wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "-H",
-                          "X-Api-Key: key-0000000", f"http://127.0.0.1:{port}{path}"],
-                         capture_output=True, text=True, check=True).stdout
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    errors = re.search(r"Socket errors: (.*)", out)
-    return rps, int(bad.group(1)) if bad else 0, errors.group(1) if errors else ""
+    rps = bench.wrk(port, conns, seconds, path, expect_errors=True, headers=["X-Api-Key: key-0000000"])[0]
+    return rps, bench.wrk.last_non2xx, bench.wrk.last_socket_errors
 
 
 def main():

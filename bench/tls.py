@@ -30,19 +30,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402
-from bench import CLIENT_CORE, FLOODGATE, SERVER_CORE, children, free_port, nginx, parse_ms, wait_port  # noqa: E402
+from bench import CLIENT_CORE, FLOODGATE, SERVER_CORE, children, free_port, nginx, wait_port  # noqa: E402
 
 
 def wrk_tls(port, conns, seconds, close=False):
-    cmd = ["taskset", "-c", CLIENT_CORE, "wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "--latency"]
-    if close:
-        cmd += ["-H", "Connection: close"]
-    out = subprocess.run(cmd + [f"https://127.0.0.1:{port}/"], capture_output=True, text=True, check=True).stdout
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-    p99 = parse_ms(re.search(r"\s99%\s+(\S+)", out).group(1))
-    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    if errors:
-        print(f"  warning: port {port} c={conns}: {errors.group(0)}")
+    rps, _, p99 = bench.wrk(port, conns, seconds, scheme="https", headers=["Connection: close"] if close else ())
     return rps, p99
 
 

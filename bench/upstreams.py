@@ -12,7 +12,6 @@ requests have been answered: each origin's share of them against its weight's. T
 rounds of /one and /three in turn (c=64): req/s of three servers over one, median; and
 the same through nginx (one worker, upstream blocks with the same weights and keepalive)
 as the reference for what more upstream servers cost."""
-import re
 import statistics
 import subprocess
 import sys
@@ -21,20 +20,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402
-from bench import CLIENT_CORE, FLOODGATE, SERVER_CORE, free_port, nginx, wait_port  # noqa: E402
+from bench import FLOODGATE, SERVER_CORE, free_port, nginx, wait_port  # noqa: E402
 
 WEIGHTS = (1, 2, 3)
 
 
 def wrk(port, path, seconds, conns=64):
-    out = subprocess.run(["taskset", "-c", CLIENT_CORE, "wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "--latency",
-                          f"http://127.0.0.1:{port}{path}"], capture_output=True, text=True, check=True).stdout
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-    total = int(re.search(r"(\d+) requests in", out).group(1))
-    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    if errors:
-        print(f"  warning: {path}: {errors.group(0)}")
-    return rps, total
+    rps = bench.wrk(port, conns, seconds, path)[0]
+    return rps, bench.wrk.last_requests
 
 
 def main():

@@ -4,6 +4,7 @@
 #include <boost/json/serialize.hpp>
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "admin/config_json.hpp"
@@ -178,51 +179,65 @@ std::optional<reply> client_of(const limits_query& q, const config::config& cfg,
   return std::nullopt;
 }
 
+// What a /limits query asks, built once for GET /limits and POST /limits/reset: the
+// configuration in effect (at each call: a reload swaps it), the route, and the checks
+// the gateway's own key building and plans make for a request with these attributes.
+// Built in place (the synthetic request points into the query).
+struct question {
+  limits_query q;
+  config::snapshot cfg;
+  const config::route_config* route = nullptr;
+  std::shared_ptr<const limit::consumer_maps> consumers;
+  std::optional<synthetic_request> req;
+  std::vector<limit::check> checks;
+  unsigned refused = 0;  // a status the plans or a cost header refuse such a request with
+};
+
+std::optional<reply> ask(const status_source& status, boost::urls::url_view url, question& a) {
+  if (auto bad = parse_limits_query(url, a.q)) return bad;
+  a.cfg = status.current_config();
+  if (!a.cfg) return error(503, "no configuration loaded");
+  a.route = find_route(*a.cfg, a.q.route);
+  if (!a.route) return error(404, "no route named '" + a.q.route + "'");
+  std::string client;
+  if (auto bad = client_of(a.q, *a.cfg, *a.route, client)) return bad;
+  a.req.emplace(a.q, std::move(client));
+  a.consumers = status.consumers();
+  a.refused = limit::build_checks(a.checks, a.cfg->redis.key_prefix, *a.route, a.req->parts(),
+                                  limit::cluster_keys(*a.cfg), a.consumers.get());
+  return std::nullopt;
+}
+
+std::string_view refusal_text(unsigned status) {
+  return status == 401   ? "refused: no consumer key (401)"
+         : status == 403 ? "refused: unknown consumer (403)"
+                         : "refused: a cost header that is no number (400)";
+}
+
 boost::asio::awaitable<reply> reset(const status_source& status, store::inspector* inspector,
                                     boost::urls::url_view url) {
-  limits_query q;
-  if (auto bad = parse_limits_query(url, q)) co_return *bad;
-  auto cfg = status.current_config();
-  if (!cfg) co_return error(503, "no configuration loaded");
-  const auto* route = find_route(*cfg, q.route);
-  if (!route) co_return error(404, "no route named '" + q.route + "'");
-  std::string client;
-  if (auto bad = client_of(q, *cfg, *route, client)) co_return *bad;
-  synthetic_request req(q, std::move(client));
-  std::vector<limit::check> checks;
-  const auto consumers = status.consumers();
-  if (limit::build_checks(checks, cfg->redis.key_prefix, *route, req.parts(), limit::cluster_keys(*cfg),
-                          consumers.get()))
-    co_return error(400, "such a request is refused before its limits (no consumer key, or an unknown one)");
+  question a;
+  if (auto bad = ask(status, url, a)) co_return *bad;
+  if (a.refused) co_return error(400, "such a request is " + std::string(refusal_text(a.refused)) + ": no limit to reset");
   if (!inspector) co_return error(503, "limit inspection is not available");
-  if (auto ec = co_await inspector->reset(*cfg, checks))
-    co_return json_reply(503, {{"error", "store unreachable"}, {"store", store_name(*cfg)}, {"reason", ec.message()}});
+  if (auto ec = co_await inspector->reset(*a.cfg, a.checks))
+    co_return json_reply(503, {{"error", "store unreachable"}, {"store", store_name(*a.cfg)}, {"reason", ec.message()}});
   json::array done;
-  for (const auto& c : checks) done.emplace_back(c.cfg->name);
-  spdlog::info("admin: the limits {} of route {} reset for one client", json::serialize(done), route->name);
-  co_return json_reply(200, {{"route", route->name}, {"reset", std::move(done)}});
+  for (const auto& c : a.checks) done.emplace_back(c.cfg->name);
+  spdlog::info("admin: the limits {} of route {} reset for one client", json::serialize(done), a.route->name);
+  co_return json_reply(200, {{"route", a.route->name}, {"reset", std::move(done)}});
 }
 
 boost::asio::awaitable<reply> limits(const status_source& status, store::inspector* inspector,
                                      boost::urls::url_view url) {
-  limits_query q;
-  if (auto bad = parse_limits_query(url, q)) co_return *bad;
-  // At each call: a reload swaps it.
-  auto cfg = status.current_config();
-  if (!cfg) co_return error(503, "no configuration loaded");
-  const auto* route = find_route(*cfg, q.route);
-  if (!route) co_return error(404, "no route named '" + q.route + "'");
-  std::string client;
-  if (auto bad = client_of(q, *cfg, *route, client)) co_return *bad;
-  synthetic_request req(q, std::move(client));
-  std::vector<limit::check> checks;
-  // The gateway's own key building and plans, for a request with these attributes.
-  const auto consumers = status.consumers();
-  if (const auto refused = limit::build_checks(checks, cfg->redis.key_prefix, *route, req.parts(),
-                                               limit::cluster_keys(*cfg), consumers.get()))
-    co_return json_reply(200, json::object{{"route", route->name},
-                                           {"next_request", refused == 401 ? "refused: no consumer key (401)"
-                                                                           : "refused: unknown consumer (403)"}});
+  question a;
+  if (auto bad = ask(status, url, a)) co_return *bad;
+  if (a.refused) co_return json_reply(200, json::object{{"route", a.route->name}, {"next_request", refusal_text(a.refused)}});
+  const auto& cfg = a.cfg;
+  const auto* route = a.route;
+  const auto& checks = a.checks;
+  const auto& req = *a.req;
+  const auto& consumers = a.consumers;
   std::vector<limit::decision> out(checks.size());
   if (!inspector) co_return error(503, "limit inspection is not available");
   const std::span<const limit::check> in(checks);
@@ -230,7 +245,7 @@ boost::asio::awaitable<reply> limits(const status_source& status, store::inspect
   auto ec = co_await inspector->peek(*cfg, in, into);
   if (ec)
     co_return json_reply(503, {{"error", "store unreachable"}, {"store", store_name(*cfg)}, {"reason", ec.message()}});
-  co_return json_reply(200, answer(*cfg, *route, q, req.parts(), checks, out, consumers.get()));
+  co_return json_reply(200, answer(*cfg, *route, a.q, req.parts(), checks, out, consumers.get()));
 }
 
 }  // namespace fg::admin

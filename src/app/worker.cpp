@@ -105,17 +105,11 @@ std::unique_ptr<worker::limits_stack> worker::make_limits(const config::config& 
     }
     l->source = std::make_unique<store::redis_source>(*l->batcher, random_nonce_prefix());
     l->denies = std::make_unique<limit::deny_cache>();
-    // A reset made on any gateway (POST /limits/reset) is published on the store: this
-    // worker forgets its cached denial of the key at once, not when the denial ends. On
-    // a cluster, one node's subscription hears every node's messages.
-    auto sub = cfg.redis;
-    if (sub.mode == config::redis_mode::cluster) {
-      sub.mode = config::redis_mode::standalone;
-      sub.addresses.resize(1);
-    }
-    l->redis.resets = std::make_shared<redis::connection>(ioc_->get_executor(), sub, std::string());
-    l->redis.resets->subscribe(store::resets_channel(cfg),
-                               [denies = l->denies.get()](std::string_view key) { denies->forget(std::string(key)); });
+    // A reset made on any gateway (POST /limits/reset) is recorded in the store: this
+    // worker reads the new ones every few ticks and forgets its cached denials of them.
+    l->resets = std::make_shared<limits_stack::resets_read>();
+    l->resets->denies = l->denies.get();
+    l->resets->key = store::resets_key(cfg);
     l->batcher->set_metrics(ctx_.metrics);
     store = l->source.get();
   }
@@ -129,6 +123,7 @@ std::unique_ptr<worker::limits_stack> worker::make_limits(const config::config& 
 }
 
 void worker::limits_stack::shut() {
+  if (resets) resets->denies = nullptr;
   if (!redis) return;
   redis.stop();
   // Sessions destroyed later still give their leases back: to Redis no longer (the
@@ -229,12 +224,14 @@ asio::awaitable<void> worker::sweep_deadlines() {
   // Deadlines are checked every tick (so they are precise to about 50ms) instead of
   // arming a timer per read and write; the tick also advances the coarse clock.
   asio::steady_timer tick(*ioc_);
+  std::uint64_t ticks = 0;
   for (;;) {
     tick.expires_after(deadline::sweep_interval);
     auto [ec] = co_await tick.async_wait(asio::as_tuple(asio::use_awaitable));
     if (ec) co_return;
     ctx_.deadlines.sweep(deadline::clock::now());
     if (pending_ || !retired_.empty()) tend_limits(limit::now_ms());
+    if (++ticks % 4 == 0) read_resets();
     store_usable_.store(!limits_->redis || limits_->redis.connected(), std::memory_order_relaxed);
     if (limits_->redis.cluster) {
       auto states = limits_->redis.cluster->master_states();
@@ -320,6 +317,29 @@ void worker::use_limits(std::unique_ptr<limits_stack> next) {
   retired_.push_back(std::move(limits_));
   limits_ = std::move(next);
   ctx_.limits = &limits_->use;
+}
+
+void worker::read_resets() {
+  auto& l = *limits_;
+  if (!l.resets || l.resets->in_flight || !l.redis.connected()) return;
+  auto r = l.resets;
+  r->in_flight = true;
+  // (inclusive: a reset at the time read last may have come after that read; forgetting
+  // a key twice is harmless)
+  char seen[32];
+  std::snprintf(seen, sizeof seen, "%.0f", r->seen);
+  std::vector<std::string> args{"ZRANGEBYSCORE", r->key, seen, "+inf", "WITHSCORES", "LIMIT", "0", "1000"};
+  auto done = [r](boost::system::error_code ec, redis::reply rep) {
+    r->in_flight = false;
+    if (ec || !r->denies || rep.type != redis::reply::kind::array) return;
+    for (std::size_t i = 0; i + 1 < rep.elements.size(); i += 2) {
+      r->denies->forget(rep.elements[i].str);
+      // (a score that is no number reads as 0: it moves nothing)
+      r->seen = std::max(r->seen, std::strtod(rep.elements[i + 1].str.c_str(), nullptr));
+    }
+  };
+  if (l.redis.cluster) l.redis.cluster->send(redis::key_slot(r->key), args, std::move(done));
+  else l.redis.one->send(args, std::move(done));
 }
 
 void worker::tend_limits(std::int64_t now_ms) {

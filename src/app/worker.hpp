@@ -28,22 +28,13 @@ namespace fg::app {
 struct redis_link {
   std::shared_ptr<redis::connection> one;
   std::shared_ptr<redis::cluster_client> cluster;
-  // Subscribed to the store's resets (an admin's POST /limits/reset on any gateway).
-  std::shared_ptr<redis::connection> resets;
   explicit operator bool() const { return one || cluster; }
-  void start() const {
-    one ? one->start() : cluster->start();
-    if (resets) resets->start();
-  }
-  void stop() const {
-    one ? one->stop() : cluster->stop();
-    if (resets) resets->stop();
-  }
+  void start() const { one ? one->start() : cluster->start(); }
+  void stop() const { one ? one->stop() : cluster->stop(); }
   bool connected() const { return one ? one->connected() : cluster->connected(); }
   void reset() {
     one.reset();
     cluster.reset();
-    resets.reset();
   }
 };
 
@@ -97,6 +88,16 @@ class worker {
     std::unique_ptr<store::redis_source> source;
     std::unique_ptr<limit::deny_cache> denies;
     std::unique_ptr<limit::policy> policy;
+    // The resets an admin made (POST /limits/reset, on any gateway) read from the store:
+    // what was read last, and whether a read is on its way. Shared with its completion,
+    // which may come after the stack is gone (`denies` null then).
+    struct resets_read {
+      limit::deny_cache* denies = nullptr;
+      std::string key;  // store::resets_key
+      double seen = 0;  // the newest reset's time (Redis ms) read so far
+      bool in_flight = false;
+    };
+    std::shared_ptr<resets_read> resets;
     std::int64_t idle_since = 0;  // retired: when no request used it any more (ms)
     std::int64_t ready_by = 0;    // pending: swapped in by then, connected or not (ms)
     // Pending: what takes effect with it, and whom to tell.
@@ -111,6 +112,8 @@ class worker {
   void apply(std::shared_ptr<const http::compiled_config> rt, std::shared_ptr<obs::access_log> access);
   // The sweeper's part of a reload: a pending stack swapped in, unused ones destroyed.
   void tend_limits(std::int64_t now_ms);
+  // Every few ticks: the resets made since the last read, forgotten by the deny cache.
+  void read_resets();
   boost::asio::awaitable<void> accept_loop(boost::asio::ip::tcp::acceptor& from, bool tls);
   boost::asio::awaitable<void> sweep_deadlines();
   // Counts a new connection against http.max_connections; past it, answers 503 and closes.

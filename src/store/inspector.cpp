@@ -1,5 +1,7 @@
 #include "store/inspector.hpp"
 
+#include <charconv>
+
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -121,7 +123,7 @@ asio::awaitable<error_code> store_inspector::dry_run(std::span<const check> chec
   co_return ec;
 }
 
-std::string resets_channel(const config::config& cfg) { return cfg.redis.key_prefix + "resets"; }
+std::string resets_key(const config::config& cfg) { return cfg.redis.key_prefix + "{resets}"; }
 
 asio::awaitable<error_code> store_inspector::reset(const config::config& cfg, std::span<const check> checks) {
   if (cfg.store != config::store_kind::redis) {
@@ -136,21 +138,38 @@ asio::awaitable<error_code> store_inspector::reset(const config::config& cfg, st
     auto ec = co_await command(c.key, std::move(del));
     if (ec) co_return ec;
   }
-  // (on a cluster a PUBLISH reaches every node's subscribers, wherever it is sent)
-  for (const auto& c : checks) {
-    std::vector<std::string> publish{"PUBLISH", resets_channel(cfg), c.key};
-    auto ec = co_await command(c.key, std::move(publish));
+  // Recorded by the Redis time of the set's own node: the gateways read it by that time.
+  const auto set = resets_key(cfg);
+  redis::reply time;
+  std::vector<std::string> ask{"TIME"};
+  if (auto ec = co_await command(set, std::move(ask), &time)) co_return ec;
+  std::int64_t secs = 0, micros = 0;
+  if (time.type != redis::reply::kind::array || time.elements.size() != 2 ||
+      std::from_chars(time.elements[0].str.data(), time.elements[0].str.data() + time.elements[0].str.size(), secs).ec !=
+          std::errc{} ||
+      std::from_chars(time.elements[1].str.data(), time.elements[1].str.data() + time.elements[1].str.size(), micros)
+              .ec != std::errc{})
+    co_return redis::make_error_code(redis::errc::protocol);
+  const auto now_ms = std::to_string(secs * 1000 + micros / 1000);
+  std::vector<std::vector<std::string>> writes;
+  for (const auto& c : checks) writes.push_back({"ZADD", set, now_ms, c.key});
+  writes.push_back({"ZREMRANGEBYRANK", set, "0", "-1001"});  // the last 1,000 resets
+  writes.push_back({"PEXPIRE", set, "3600000"});              // an hour after the last one
+  for (auto& w : writes) {
+    auto ec = co_await command(set, std::move(w));
     if (ec) co_return ec;
   }
   co_return error_code{};
 }
 
-asio::awaitable<error_code> store_inspector::command(std::string_view key, std::vector<std::string> args) {
+asio::awaitable<error_code> store_inspector::command(std::string_view key, std::vector<std::string> args,
+                                                     redis::reply* out) {
   error_code ec;
   auto init = [&](auto handler) {
     auto h = std::make_shared<decltype(handler)>(std::move(handler));
     auto done = [&, h, ex = ex_](error_code e, const redis::reply& r) {
       ec = e ? e : r.is_error() ? redis::make_error_code(redis::errc::protocol) : error_code{};
+      if (out && !ec) *out = r;
       asio::post(ex, [h]() mutable { std::move (*h)(); });
     };
     if (cluster_) cluster_->send(redis::key_slot(key), args, std::move(done));

@@ -10,6 +10,8 @@
 #include "config/config.hpp"
 #include "limit/decision.hpp"
 
+#include "redis/reply.hpp"
+
 namespace fg::redis {
 class connection;
 class cluster_client;
@@ -34,14 +36,17 @@ class inspector {
                                                                  std::span<const check> checks,
                                                                  std::span<decision> out) = 0;
   // Deletes the checks' keys (the admin's POST /limits/reset: a consumer starts afresh),
-  // and tells every gateway sharing the store to forget its cached denials of them.
+  // and records them where every gateway sharing the store reads them (resets_key), to
+  // forget its cached denials of them.
   virtual boost::asio::awaitable<boost::system::error_code> reset(const config::config& cfg,
                                                                   std::span<const check> checks) = 0;
 };
 
-// The channel a store's resets are published on (redis.key_prefix + "resets"): each
-// message is one key whose cached denials every gateway forgets.
-std::string resets_channel(const config::config& cfg);
+// Where a store's resets are recorded: a sorted set (redis.key_prefix + "{resets}", one
+// slot on a cluster) of the keys reset in the last hour, by the Redis time of the reset,
+// at most the last 1,000; every gateway's workers read it every 200 ms and forget their
+// cached denials of the keys in it.
+std::string resets_key(const config::config& cfg);
 
 // The store that `cfg.store` names at each call (a reload may change it): the memory
 // store's peek, or the limiter script as a dry run on a Redis connection of its own (a
@@ -63,8 +68,10 @@ class store_inspector final : public inspector {
  private:
   // Waits (up to the grace a new connection has) for the connection for `rc`.
   boost::asio::awaitable<void> connected_for(const config::redis_config& rc);
-  // One command on the server of `key`'s slot (any server but a cluster's).
-  boost::asio::awaitable<boost::system::error_code> command(std::string_view key, std::vector<std::string> args);
+  // One command on the server of `key`'s slot (any server but a cluster's); its reply
+  // into `out` if given.
+  boost::asio::awaitable<boost::system::error_code> command(std::string_view key, std::vector<std::string> args,
+                                                            redis::reply* out = nullptr);
   // Makes the connection (or cluster client) for `rc`, unless the one there serves it.
   void connect_for(const config::redis_config& rc);
   bool connected() const;

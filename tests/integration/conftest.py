@@ -276,11 +276,13 @@ upstreams:
 
 @pytest.fixture
 def gateway_factory(tmp_path, upstream):
-    made = []
+    made, tries = [], [0]
 
     def make(**kw):
         kw.setdefault("upstream_address", upstream.address)
-        sub = tmp_path / f"g{len(made)}"
+        # (a folder per try: one that failed to start, retried by its caller, keeps its own)
+        sub = tmp_path / f"g{tries[0]}"
+        tries[0] += 1
         sub.mkdir()
         g = Gateway(sub, **kw)
         made.append(g)

@@ -1,7 +1,8 @@
 """POST /limits/reset: a consumer's limits start afresh, on every gateway at once. Three
 gateways (two workers each) share one Redis (and a Cluster); a client is denied on all of
 them, each worker holding the denial in its cache for the window's 10 minutes; a reset
-on one gateway's admin deletes the keys and is published, and every gateway admits the
+on one gateway's admin deletes the keys and records them in the store (read by every
+worker every 200 ms), and every gateway admits the
 client again within a second. On the memory store the one gateway's keys go."""
 import json
 import time

@@ -2,9 +2,13 @@
 // The limits the limit tests configure: a count per window, or a rate with a burst.
 #include <chrono>
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "config/config.hpp"
+#include "limit/keys.hpp"
 
 namespace fg::test {
 
@@ -26,6 +30,24 @@ inline config::limit_config rated(config::algorithm algo, std::uint64_t count, s
   c.rate_ = {count, std::chrono::milliseconds(per_ms)};
   c.burst = burst;
   return c;
+}
+
+// A request's parts for key building, its headers from a map (exact names).
+using header_map = std::map<std::string, std::string, std::less<>>;
+inline std::optional<std::string_view> lookup(const void* ctx, std::string_view name) {
+  const auto& m = *static_cast<const header_map*>(ctx);
+  auto it = m.find(name);
+  if (it == m.end()) return std::nullopt;
+  return std::string_view(it->second);
+}
+inline limit::request_parts parts(const header_map& h, std::string_view client = "1.2.3.4",
+                                  std::string_view query = "") {
+  limit::request_parts r;
+  r.client = client;
+  r.query = query;
+  r.header = &lookup;
+  r.header_ctx = &h;
+  return r;
 }
 
 }  // namespace fg::test

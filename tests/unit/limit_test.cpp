@@ -124,23 +124,8 @@ call run(memory_store& st, std::vector<fg::limit::check> checks, std::int64_t no
   return c;
 }
 
-// Header lookup for build_key over a map (exact names).
-using header_map = std::map<std::string, std::string, std::less<>>;
-std::optional<std::string_view> lookup(const void* ctx, std::string_view name) {
-  const auto& m = *static_cast<const header_map*>(ctx);
-  auto it = m.find(name);
-  if (it == m.end()) return std::nullopt;
-  return std::string_view(it->second);
-}
-
-fg::limit::request_parts parts(const header_map& h, std::string_view client = "1.2.3.4", std::string_view query = "") {
-  fg::limit::request_parts r;
-  r.client = client;
-  r.query = query;
-  r.header = &lookup;
-  r.header_ctx = &h;
-  return r;
-}
+using fg::test::header_map;
+using fg::test::parts;
 
 cfg::limit_config keyed(std::vector<cfg::key_source> key, cfg::on_missing_key missing = cfg::on_missing_key::anonymous,
                         std::string name = "l") {

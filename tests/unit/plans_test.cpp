@@ -12,6 +12,7 @@
 #include "limit/denial.hpp"
 #include "limit/keys.hpp"
 #include "limit/rate_headers.hpp"
+#include "limit_configs.hpp"
 
 namespace cfg = fg::config;
 namespace lim = fg::limit;
@@ -30,21 +31,8 @@ std::string errors(const cfg::load_result& r) {
   return s;
 }
 
-using header_map = std::map<std::string, std::string, std::less<>>;
-std::optional<std::string_view> lookup(const void* ctx, std::string_view name) {
-  const auto& m = *static_cast<const header_map*>(ctx);
-  auto it = m.find(name);
-  if (it == m.end()) return std::nullopt;
-  return std::string_view(it->second);
-}
-
-lim::request_parts parts(const header_map& h) {
-  lim::request_parts r;
-  r.client = "1.2.3.4";
-  r.header = &lookup;
-  r.header_ctx = &h;
-  return r;
-}
+using fg::test::header_map;
+using fg::test::parts;
 
 std::string sha256_hex(std::string_view s) {
   unsigned char d[EVP_MAX_MD_SIZE];
