@@ -40,33 +40,45 @@ def req(g, client="a"):
     return g.request(get("/", extra=f"X-Client: {client}\r\n"))
 
 
+def utc(at):
+    return datetime.datetime.fromisoformat(at).replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
 def faked(gateway_factory, at, **kw):
     """A gateway whose clock is at `at` (UTC) now and runs on from there: an offset from
-    the real clock (libfaketime's absolute "@" form recurses in its own start-up here)."""
-    target = datetime.datetime.fromisoformat(at).replace(tzinfo=datetime.timezone.utc).timestamp()
-    offset = round(target - time.time())
-    return gateway_factory(binary=BIN_SYSTEM_MALLOC, env={"LD_PRELOAD": FAKETIME_LIB, "FAKETIME": f"{offset:+d}",
-                                                          "FAKETIME_DONT_FAKE_MONOTONIC": "1"}, **kw)
+    the real clock (libfaketime's absolute "@" form recurses in its own start-up here).
+    Returns the gateway and the offset: its clock reads time.time() + offset."""
+    offset = round(utc(at) - time.time())
+    g = gateway_factory(binary=BIN_SYSTEM_MALLOC, env={"LD_PRELOAD": FAKETIME_LIB, "FAKETIME": f"{offset:+d}",
+                                                       "FAKETIME_DONT_FAKE_MONOTONIC": "1"}, **kw)
+    return g, offset
 
 
 @pytest.mark.skipif(SANITIZED, reason="libfaketime cannot be preloaded ahead of the ASan runtime")
 def test_a_day_that_dst_shortens_ends_at_its_midnight(gateway_factory):
     # 00:00:05 CET on 2026-03-29; Berlin's clocks go from 02:00 to 03:00 that night, so
     # its midnight comes 23 hours later, less the 5 s: 82,795 s.
-    g = faked(gateway_factory, "2026-03-28 23:00:05", routes=route(2))
+    g, offset = faked(gateway_factory, "2026-03-28 23:00:05", routes=route(2))
     r = req(g)
-    assert r.status == 200 and abs(t_of(r) - 82_795) <= 2, r.headers
+    midnight = utc("2026-03-29 22:00:00")  # (Berlin's, in summer time)
+    assert r.status == 200 and abs(t_of(r) - (midnight - (time.time() + offset))) <= 2, r.headers
+    assert abs(t_of(r) - 82_795) <= 60, r.headers
     assert r.header("ratelimit-policy") == '"quota";q=2;w=86400'
 
 
 @pytest.mark.skipif(SANITIZED, reason="libfaketime cannot be preloaded ahead of the ASan runtime")
 def test_a_monthly_quota_resets_at_the_months_end(gateway_factory):
-    # 3 s before midnight on 2026-03-31 in Berlin (summer time: 22:00 UTC).
-    g = faked(gateway_factory, "2026-03-31 21:59:57", routes=route(2, "1mo"))
+    # 10 s before midnight on 2026-03-31 in Berlin (summer time: 22:00 UTC); what
+    # Retry-After should say is read from the gateway's clock (the real one + offset),
+    # not from when the test hoped it would start.
+    g, offset = faked(gateway_factory, "2026-03-31 21:59:50", routes=route(2, "1mo"))
+    month_end = utc("2026-03-31 22:00:00")
     assert [req(g).status for _ in range(3)] == [200, 200, 429]
     r = req(g)
-    assert r.status == 429 and 1 <= int(r.header("retry-after")) <= 3, r.headers
-    deadline = time.monotonic() + 10
+    left = month_end - (time.time() + offset)
+    assert left > 1, "the gateway took 9 s to start: the month ended before the test could look"
+    assert r.status == 429 and left - 2 <= int(r.header("retry-after")) <= left + 2, (left, r.headers)
+    deadline = time.monotonic() + left + 10
     while req(g).status == 429:  # (what is tested: the quota resets when April begins there)
         assert time.monotonic() < deadline, "still denied 10 s after the month's end"
         time.sleep(0.1)
