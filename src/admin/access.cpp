@@ -57,7 +57,8 @@ bool is_probe(std::string_view path) { return path == "/healthz" || path == "/re
 }  // namespace
 
 bool privileged(std::string_view path) {
-  return path == "/config" || path == "/limits" || path == "/limits/reset" || path == "/reload" || path == "/upstreams";
+  return path == "/config" || path == "/limits" || path == "/limits/reset" || path == "/limits/grant" ||
+         path == "/reload" || path == "/upstreams";
 }
 
 bool same_token(std::string_view given, std::string_view token) {

@@ -179,7 +179,7 @@ std::optional<reply> client_of(const limits_query& q, const config::config& cfg,
   return std::nullopt;
 }
 
-// What a /limits query asks, built once for GET /limits and POST /limits/reset: the
+// What a /limits query asks, built once for GET /limits and POST /limits/reset and /grant: the
 // configuration in effect (at each call: a reload swaps it), the route, and the checks
 // the gateway's own key building and plans make for a request with these attributes.
 // Built in place (the synthetic request points into the query).
@@ -214,24 +214,76 @@ std::string_view refusal_text(unsigned status) {
                          : "refused: a cost header that is no number (400)";
 }
 
+// The checks a reset or a grant acts on: those of the limit the query names, if it names
+// one (404 when the route has no such limit).
+std::optional<reply> chosen(question& a) {
+  if (a.refused) return error(400, "such a request is " + std::string(refusal_text(a.refused)) + ": no limit to change");
+  if (!a.q.limit) return std::nullopt;
+  const auto& name = *a.q.limit;
+  if (std::none_of(a.route->limits.begin(), a.route->limits.end(), [&](const auto& l) { return l.name == name; }))
+    return error(404, "route '" + a.route->name + "' has no limit named '" + name + "'");
+  std::erase_if(a.checks, [&](const limit::check& c) { return c.cfg->name != name; });
+  return std::nullopt;
+}
+
+reply unreachable(const config::config& cfg, const boost::system::error_code& ec) {
+  return json_reply(503, {{"error", "store unreachable"}, {"store", store_name(cfg)}, {"reason", ec.message()}});
+}
+
 boost::asio::awaitable<reply> reset(const status_source& status, store::inspector* inspector,
                                     boost::urls::url_view url) {
   question a;
   if (auto bad = ask(status, url, a)) co_return *bad;
-  if (a.refused) co_return error(400, "such a request is " + std::string(refusal_text(a.refused)) + ": no limit to reset");
+  if (a.q.amount) co_return error(400, "parameter 'amount' is for POST /limits/grant");
+  if (auto bad = chosen(a)) co_return *bad;
   if (!inspector) co_return error(503, "limit inspection is not available");
-  if (auto ec = co_await inspector->reset(*a.cfg, a.checks))
-    co_return json_reply(503, {{"error", "store unreachable"}, {"store", store_name(*a.cfg)}, {"reason", ec.message()}});
+  if (auto ec = co_await inspector->reset(*a.cfg, a.checks)) co_return unreachable(*a.cfg, ec);
   json::array done;
   for (const auto& c : a.checks) done.emplace_back(c.cfg->name);
   spdlog::info("admin: the limits {} of route {} reset for one client", json::serialize(done), a.route->name);
   co_return json_reply(200, {{"route", a.route->name}, {"reset", std::move(done)}});
 }
 
+boost::asio::awaitable<reply> grant(const status_source& status, store::inspector* inspector,
+                                    boost::urls::url_view url) {
+  question a;
+  if (auto bad = ask(status, url, a)) co_return *bad;
+  if (!a.q.amount) co_return error(400, "missing parameter 'amount': how much to give back");
+  if (auto bad = chosen(a)) co_return *bad;
+  // The algorithms that count any cost give some back; a log's entries and a lease are
+  // named, not counted: those are reset, or left to expire.
+  json::array granted, not_granted;
+  std::vector<limit::check> gives;
+  for (const auto& c : a.checks) {
+    if (config::takes_any_cost(*c.cfg)) {
+      gives.push_back(c);
+      gives.back().cost = *a.q.amount;
+      granted.emplace_back(c.cfg->name);
+    } else {
+      not_granted.emplace_back(json::object{
+          {"name", c.cfg->name}, {"why", std::string(algorithm_name(c.cfg->algo)) + " takes no grant: reset it"}});
+    }
+  }
+  if (a.q.limit && !not_granted.empty())
+    co_return error(400, "limit '" + *a.q.limit + "' takes no grant (" +
+                             std::string(algorithm_name(a.checks.front().cfg->algo)) + "): use POST /limits/reset");
+  if (!inspector) co_return error(503, "limit inspection is not available");
+  if (!gives.empty())
+    if (auto ec = co_await inspector->grant(*a.cfg, gives)) co_return unreachable(*a.cfg, ec);
+  spdlog::info("admin: the limits {} of route {} gave {} back to one client", json::serialize(granted), a.route->name,
+               *a.q.amount);
+  json::object o{{"route", a.route->name}, {"amount", *a.q.amount}, {"granted", std::move(granted)}};
+  if (!not_granted.empty()) o["not_granted"] = std::move(not_granted);
+  co_return json_reply(200, o);
+}
+
 boost::asio::awaitable<reply> limits(const status_source& status, store::inspector* inspector,
                                      boost::urls::url_view url) {
   question a;
   if (auto bad = ask(status, url, a)) co_return *bad;
+  if (a.q.limit || a.q.amount)
+    co_return error(400, std::string("parameter '") + (a.q.limit ? "limit" : "amount") +
+                             "' is for POST /limits/reset and /limits/grant");
   if (a.refused) co_return json_reply(200, json::object{{"route", a.route->name}, {"next_request", refusal_text(a.refused)}});
   const auto& cfg = a.cfg;
   const auto* route = a.route;
@@ -243,8 +295,7 @@ boost::asio::awaitable<reply> limits(const status_source& status, store::inspect
   const std::span<const limit::check> in(checks);
   const std::span<limit::decision> into(out);
   auto ec = co_await inspector->peek(*cfg, in, into);
-  if (ec)
-    co_return json_reply(503, {{"error", "store unreachable"}, {"store", store_name(*cfg)}, {"reason", ec.message()}});
+  if (ec) co_return unreachable(*cfg, ec);
   co_return json_reply(200, answer(*cfg, *route, a.q, req.parts(), checks, out, consumers.get()));
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 
 #include "net/client_ip.hpp"
 #include "util/text.hpp"
@@ -71,6 +72,15 @@ std::optional<reply> parse_limits_query(urls::url_view url, limits_query& out) {
       has_route = true;
     } else if (n == "ip") {
       out.ip = decoded(p.value);
+    } else if (n == "limit") {
+      out.limit = decoded(p.value);
+    } else if (n == "amount") {
+      const auto v = decoded(p.value);
+      std::uint64_t a = 0;
+      auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), a);
+      if (v.empty() || ec != std::errc{} || end != v.data() + v.size() || a == 0 || a > max_grant)
+        return bad(400, "parameter 'amount': a whole number from 1 to " + std::to_string(max_grant) + " is expected");
+      out.amount = a;
     } else if (n == "client_cert") {
       out.client_cert = decoded(p.value);
     } else if (n.starts_with("header.") && n.size() > 7) {
@@ -80,7 +90,7 @@ std::optional<reply> parse_limits_query(urls::url_view url, limits_query& out) {
     } else if (n.starts_with("cookie.") && n.size() > 7) {
       out.cookies.emplace_back(name.substr(7), std::move(raw));
     } else {
-      return bad(400, "unknown parameter '" + name + "' (route, ip, client_cert, header.NAME, query.NAME, cookie.NAME)");
+      return bad(400, "unknown parameter '" + name + "' (route, ip, client_cert, header.NAME, query.NAME, cookie.NAME, limit, amount)");
     }
   }
   if (!has_route || out.route.empty()) return bad(400, "missing parameter 'route'");

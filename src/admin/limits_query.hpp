@@ -2,6 +2,7 @@
 #include <boost/url/url_view.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
@@ -16,6 +17,8 @@ namespace fg::admin {
 // What a client of the admin port may put in one /limits query.
 inline constexpr std::size_t max_limits_query_bytes = 2048;  // 414 above
 inline constexpr std::size_t max_limits_params = 16;         // 400 above
+// The most a grant gives at once: 2^53, what the store's numbers (Lua doubles) hold exactly.
+inline constexpr std::uint64_t max_grant = std::uint64_t{1} << 53;
 
 // One /limits question: a route, and the attributes of a request to it. Values as a
 // request carries them: `query` and `cookies` raw (the gateway decodes them as it
@@ -26,11 +29,15 @@ struct limits_query {
   std::optional<std::string> ip;
   std::string client_cert;  // the subject of a client certificate ("" = none)
   std::vector<pair> headers, query, cookies;  // (name, value), names decoded
+  // POST /limits/reset and /limits/grant: only the limit of this name; the grant's amount.
+  std::optional<std::string> limit;
+  std::optional<std::uint64_t> amount;
 };
 
-// Reads ?route=R&ip=A&header.NAME=V&query.NAME=V&cookie.NAME=V into `out`; else the
-// reply that says what is wrong (400: unknown, repeated or too many parameters, no
-// route; 414: too long).
+// Reads ?route=R&ip=A&header.NAME=V&query.NAME=V&cookie.NAME=V&limit=L&amount=N into
+// `out`; else the reply that says what is wrong (400: unknown, repeated or too many
+// parameters, no route, an amount that is no whole number from 1 to max_grant; 414: too
+// long).
 std::optional<reply> parse_limits_query(boost::urls::url_view url, limits_query& out);
 
 // A request with a query's attributes, as limit::build_key reads one: the gateway's own

@@ -99,7 +99,11 @@ asio::awaitable<reply> reset_limits(status_source& status, const services& with,
   return reset(status, with.inspector, url);
 }
 
-constexpr std::array<endpoint, 8> endpoints{{
+asio::awaitable<reply> grant_limits(status_source& status, const services& with, url_view url) {
+  return grant(status, with.inspector, url);
+}
+
+constexpr std::array<endpoint, 9> endpoints{{
     {"/healthz", "GET, HEAD", &healthz},
     {"/readyz", "GET, HEAD", &readyz},
     {"/config", "GET, HEAD", &effective_config},
@@ -108,6 +112,7 @@ constexpr std::array<endpoint, 8> endpoints{{
     {"/reload", "POST", nullptr, &reload},
     {"/limits", "GET, HEAD", nullptr, &inspect_limits},
     {"/limits/reset", "POST", nullptr, &reset_limits},
+    {"/limits/grant", "POST", nullptr, &grant_limits},
 }};
 
 bool allowed(std::string_view allow, std::string_view method) {

@@ -302,6 +302,35 @@ void charge(const config::limit_config& c, key_state& s, std::int64_t now, std::
   }
 }
 
+void give(const config::limit_config& c, key_state& s, std::int64_t now, std::uint64_t amount) {
+  if (s.expires_at <= now) return;
+  const auto a = static_cast<std::int64_t>(amount);  // (at most 2^53: admin::max_grant)
+  switch (c.algo) {
+    case algorithm::fixed_window:
+    case algorithm::sliding_window:
+      s.count = std::max<std::int64_t>(0, s.count - a);
+      break;
+    case algorithm::token_bucket:
+      s.tokens = std::min(static_cast<double>(c.burst), s.tokens + static_cast<double>(a));
+      break;
+    case algorithm::gcra: {
+      const double t = static_cast<double>(c.rate_.per.count()) / static_cast<double>(c.rate_.count);
+      const double tat = static_cast<double>(s.count - now) + s.stamp - t * static_cast<double>(a);
+      if (tat <= 0) {
+        s.expires_at = 0;  // as if never used
+        break;
+      }
+      s.count = now;
+      s.stamp = tat;
+      s.expires_at = now + ceil_ms(tat) + 3;
+      break;
+    }
+    case algorithm::sliding_log:
+    case algorithm::concurrency:
+      break;
+  }
+}
+
 void release_lease(key_state& s, std::uint64_t lease) {
   auto& l = s.leases;
   l.erase(std::remove_if(l.begin(), l.end(), [&](const auto& e) { return e.first == lease; }), l.end());

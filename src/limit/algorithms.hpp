@@ -36,6 +36,14 @@ decision evaluate(const config::limit_config& cfg, key_state& s, std::int64_t no
 // For fixed_window, sliding_window, token_bucket and gcra (config::takes_any_cost).
 void charge(const config::limit_config& cfg, key_state& s, std::int64_t now, std::uint64_t amount);
 
+// Gives back up to `amount` of what a live key's client has used (the admin's grant: a
+// partial reset), never more than it used: fixed_window and sliding_window lower the
+// current count (not below 0), token_bucket adds tokens (up to the burst), gcra moves
+// the TAT back (a key back at or before now is as if never used: it expires). The
+// in-memory twin of the Lua algorithms' give. A key that has expired is left alone.
+// For fixed_window, sliding_window, token_bucket and gcra (config::takes_any_cost).
+void give(const config::limit_config& cfg, key_state& s, std::int64_t now, std::uint64_t amount);
+
 // Gives back a concurrency lease (when the response is done or the client went away).
 void release_lease(key_state& s, std::uint64_t lease);
 

@@ -138,6 +138,11 @@ asio::awaitable<error_code> store_inspector::reset(const config::config& cfg, st
     auto ec = co_await command(c.key, std::move(del));
     if (ec) co_return ec;
   }
+  co_return co_await record_resets(cfg, checks);
+}
+
+asio::awaitable<error_code> store_inspector::record_resets(const config::config& cfg,
+                                                           std::span<const check> checks) {
   // Recorded by the Redis time of the set's own node: the gateways read it by that time.
   const auto set = resets_key(cfg);
   redis::reply time;
@@ -159,6 +164,45 @@ asio::awaitable<error_code> store_inspector::reset(const config::config& cfg, st
     auto ec = co_await command(set, std::move(w));
     if (ec) co_return ec;
   }
+  co_return error_code{};
+}
+
+asio::awaitable<error_code> store_inspector::grant(const config::config& cfg, std::span<const check> checks) {
+  if (cfg.store != config::store_kind::redis) {
+    const auto now = limit::now_ms();
+    for (const auto& c : checks) memory_.give(c, c.cost, now);
+    co_return error_code{};
+  }
+  co_await connected_for(cfg.redis);
+  if (!connected()) co_return redis::make_error_code(redis::errc::not_connected);
+  // On a cluster one call per check (they may span slots); else one for all.
+  if (cluster_) {
+    for (std::size_t i = 0; i < checks.size(); ++i)
+      if (auto ec = co_await refund(checks.subspan(i, 1))) co_return ec;
+  } else if (auto ec = co_await refund(checks)) {
+    co_return ec;
+  }
+  co_return co_await record_resets(cfg, checks);
+}
+
+asio::awaitable<error_code> store_inspector::refund(std::span<const check> checks) {
+  script_call call;
+  call.add(checks, "grant");  // (no nonce is read: no sliding_log or concurrency limit)
+  auto [argc, args] = call.finish(script_call::mode::refund);
+  error_code ec;
+  auto init = [&](auto handler) {
+    auto h = std::make_shared<decltype(handler)>(std::move(handler));
+    auto done = [&, h, ex = ex_](error_code e, const redisReply* r) {
+      // A refund answers an empty string.
+      if (!e && (!r || r->type != REDIS_REPLY_STRING || r->len != 0)) e = redis::make_error_code(redis::errc::protocol);
+      ec = e;
+      asio::post(ex, [h]() mutable { std::move (*h)(); });
+    };
+    if (cluster_) cluster_->eval(redis::key_slot(checks.front().key), argc, std::move(args), std::move(done));
+    else conn_->eval(argc, std::move(args), std::move(done));
+  };
+  co_await asio::async_initiate<decltype(asio::use_awaitable), void()>(init, asio::use_awaitable);
+  co_return ec;
   co_return error_code{};
 }
 

@@ -40,6 +40,11 @@ class inspector {
   // forget its cached denials of them.
   virtual boost::asio::awaitable<boost::system::error_code> reset(const config::config& cfg,
                                                                   std::span<const check> checks) = 0;
+  // Gives each check's key back up to the check's cost of what it used (the admin's POST
+  // /limits/grant: limit::give, the script's refund), and records the keys as reset does.
+  // For config::takes_any_cost algorithms only.
+  virtual boost::asio::awaitable<boost::system::error_code> grant(const config::config& cfg,
+                                                                  std::span<const check> checks) = 0;
 };
 
 // Where a store's resets are recorded: a sorted set (redis.key_prefix + "{resets}", one
@@ -64,8 +69,15 @@ class store_inspector final : public inspector {
                                                          std::span<decision> out) override;
   boost::asio::awaitable<boost::system::error_code> reset(const config::config& cfg,
                                                           std::span<const check> checks) override;
+  boost::asio::awaitable<boost::system::error_code> grant(const config::config& cfg,
+                                                          std::span<const check> checks) override;
 
  private:
+  // Records the checks' keys in the store's resets (resets_key), by its own time.
+  boost::asio::awaitable<boost::system::error_code> record_resets(const config::config& cfg,
+                                                                  std::span<const check> checks);
+  // One refund call of `checks` (all in one slot on a cluster): lua/evaluate.lua's mode 2.
+  boost::asio::awaitable<boost::system::error_code> refund(std::span<const check> checks);
   // Waits (up to the grace a new connection has) for the connection for `rc`.
   boost::asio::awaitable<void> connected_for(const config::redis_config& rc);
   // One command on the server of `key`'s slot (any server but a cluster's); its reply

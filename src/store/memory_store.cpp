@@ -132,6 +132,13 @@ void memory_store::charge(const check& c, std::uint64_t amount, std::int64_t now
   if (it != sh.map.end()) limit::charge(*c.cfg, it->second->state, now, amount);
 }
 
+void memory_store::give(const check& c, std::uint64_t amount, std::int64_t now) {
+  auto& sh = shards_[shard_of(c.key)];
+  std::lock_guard lock(sh.mu);
+  auto it = sh.map.find(std::string_view(c.key));
+  if (it != sh.map.end()) limit::give(*c.cfg, it->second->state, now, amount);
+}
+
 void memory_store::renew(const std::string& key, std::uint64_t lease, std::int64_t now, std::int64_t lifetime_ms) {
   auto& sh = shards_[shard_of(key)];
   std::lock_guard lock(sh.mu);

@@ -43,6 +43,8 @@ class memory_store {
   void erase(const std::string& key);
   // A post-charge of `amount` to the check's key (limit::charge), if the key is held.
   void charge(const check& c, std::uint64_t amount, std::int64_t now);
+  // Gives back up to `amount` of what the check's key used (limit::give), if it is held.
+  void give(const check& c, std::uint64_t amount, std::int64_t now);
   // A held concurrency lease lives `lifetime_ms` from `now` again (a long tunnel).
   void renew(const std::string& key, std::uint64_t lease, std::int64_t now, std::int64_t lifetime_ms);
 

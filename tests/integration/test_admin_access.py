@@ -41,7 +41,9 @@ def call(g, method, path, headers="", host="127.0.0.1", source=None, timeout=5):
 
 
 BEARER = f"Authorization: Bearer {TOKEN}\r\n"
-PRIVILEGED = [("GET", "/config"), ("GET", "/limits?route=r&header.X-Client=a"), ("POST", "/reload")]
+PRIVILEGED = [("GET", "/config"), ("GET", "/upstreams"), ("GET", "/limits?route=r&header.X-Client=a"),
+              ("POST", "/limits/reset?route=r&header.X-Client=a"),
+              ("POST", "/limits/grant?route=r&header.X-Client=a&amount=5"), ("POST", "/reload")]
 
 
 @pytest.fixture

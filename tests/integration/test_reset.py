@@ -10,7 +10,7 @@ import time
 import pytest
 
 from conftest import get
-from stores import store_gateway
+from stores import KINDS, store_gateway
 from test_admin import admin_get, with_admin
 
 
@@ -64,3 +64,67 @@ def test_a_reset_on_the_memory_store(gateway_factory):
     assert [status(g, "x") for _ in range(11)] == [200] * 10 + [429]
     # Privileged: not for a web page, and not GET.
     assert admin_get(g, "/limits/reset?route=api&header.X-Client=x").status == 405
+
+
+QUOTA_AND_RATE = """  - name: api
+    match: { path_prefix: / }
+    upstream: api
+    limits:
+      - name: quota
+        algorithm: fixed_window
+        key: header:X-Client
+        limit: 10
+        window: 10m
+      - name: pace
+        algorithm: token_bucket
+        key: header:X-Client
+        rate: 1/m
+        burst: 100
+      - name: log
+        algorithm: sliding_log
+        key: header:X-Client
+        limit: 100
+        window: 10m
+"""
+
+
+def admitted_after_grant(gateways, client, want, seconds=5):
+    """Requests round the gateways until `want` are admitted or the deadline; then as many
+    again, all of which must be denied: a grant of N admits N, on whichever gateway."""
+    admitted, i, end = 0, 0, time.monotonic() + seconds
+    while admitted < want and time.monotonic() < end:
+        admitted += status(gateways[i % len(gateways)], client) == 200
+        i += 1
+    after = [status(gateways[j % len(gateways)], client) for j in range(3 * len(gateways))]
+    return admitted + after.count(200)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_grant_gives_a_consumer_that_many_more_on_every_gateway(kind, request, gateway_factory):
+    if kind == "memory":
+        gateways = [with_admin(lambda extra: gateway_factory(routes=QUOTA_AND_RATE, extra=extra, workers=2))]
+    else:
+        gateways = [store_gateway(kind, request, gateway_factory, routes=QUOTA_AND_RATE, workers=2) for _ in range(3)]
+    n = len(gateways)
+    statuses = [status(gateways[i % n], "x") for i in range(30)]
+    assert statuses.count(200) == 10, statuses
+    for g in gateways:
+        assert [status(g, "x") for _ in range(4)] == [429] * 4
+    # 3 more of the monthly quota: exactly 3 more requests, on whichever gateway.
+    r = admin_get(gateways[-1], "/limits/grant?route=api&header.X-Client=x&limit=quota&amount=3", method="POST")
+    assert r.status == 200, r.body
+    assert json.loads(r.body) == {"route": "api", "amount": 3, "granted": ["quota"]}
+    assert admitted_after_grant(gateways, "x", 3) == 3
+    # Never more than was used: a grant of 1,000 gives back the 10 (the quota whole again),
+    # and the token bucket's 13 tokens; the log is named as one a grant cannot change.
+    r = admin_get(gateways[0], "/limits/grant?route=api&header.X-Client=x&amount=1000", method="POST")
+    assert r.status == 200, r.body
+    body = json.loads(r.body)
+    assert body["granted"] == ["quota", "pace"] and [x["name"] for x in body["not_granted"]] == ["log"], body
+    assert admitted_after_grant(gateways, "x", 10) == 10
+    r = admin_get(gateways[0], "/limits?route=api&header.X-Client=x")
+    limits = {x["name"]: x for x in json.loads(r.body)["limits"]}
+    assert limits["quota"]["remaining"] == 0 and limits["pace"]["remaining"] == 90, limits
+    # A limit that takes no grant, named: refused with a reason.
+    r = admin_get(gateways[0], "/limits/grant?route=api&header.X-Client=x&limit=log&amount=1", method="POST")
+    assert r.status == 400 and b"reset" in r.body, r.body

@@ -180,6 +180,11 @@ struct fake_inspector final : fg::store::inspector {
     for (const auto& c : checks) reset_keys.push_back(c.key);
     co_return ec;
   }
+  std::vector<std::pair<std::string, std::uint64_t>> grants;  // (key, amount)
+  boost::asio::awaitable<boost::system::error_code> grant(const cfg::config&, std::span<const check> checks) override {
+    for (const auto& c : checks) grants.emplace_back(c.key, c.cost);
+    co_return ec;
+  }
 };
 
 fg::admin::reply serve(const std::string& target, fake_status& s, fake_inspector* insp, const char* method = "GET") {
@@ -237,4 +242,35 @@ TEST_CASE("POST /limits/reset deletes the route's keys for such a request, 503 w
   CHECK(serve("/limits/reset?route=nope&ip=1.2.3.4", s, &insp, "POST").status == 404);
   insp.ec = fg::redis::make_error_code(fg::redis::errc::not_connected);
   CHECK(serve("/limits/reset?route=r&ip=1.2.3.4", s, &insp, "POST").status == 503);
+}
+
+TEST_CASE("POST /limits/grant gives one limit's key back its amount, and checks its parameters", "[admin][inspect]") {
+  fake_status s(load(kRoutes));
+  fake_inspector insp;
+  auto r = serve("/limits/grant?route=r&ip=1.2.3.4&limit=by-ip&amount=50", s, &insp, "POST");
+  INFO(r.body);
+  REQUIRE(r.status == 200);
+  REQUIRE(insp.grants.size() == 1);
+  CHECK(insp.grants[0].first.find("1.2.3.4") != std::string::npos);
+  CHECK(insp.grants[0].second == 50);
+  auto a = boost::json::parse(r.body).as_object();
+  CHECK(a.at("granted").as_array() == boost::json::array{"by-ip"});
+  CHECK(a.at("amount") == 50);
+  // Without `limit`, every limit of the route that applies to such a request.
+  insp.grants.clear();
+  CHECK(serve("/limits/grant?route=r&ip=1.2.3.4&amount=1", s, &insp, "POST").status == 200);
+  CHECK(insp.grants.size() >= 2);
+  CHECK(serve("/limits/grant?route=r&ip=1.2.3.4&limit=nope&amount=1", s, &insp, "POST").status == 404);
+  CHECK(serve("/limits/grant?route=r&ip=1.2.3.4", s, &insp, "POST").status == 400);
+  for (const char* bad : {"0", "-1", "1.5", "x", "", "9007199254740993", "99999999999999999999999"})
+    CHECK(serve(std::string("/limits/grant?route=r&ip=1.2.3.4&amount=") + bad, s, &insp, "POST").status == 400);
+  CHECK(serve("/limits/grant?route=r&ip=1.2.3.4&amount=1", s, &insp, "GET").status == 405);
+  // A reset of one limit; GET /limits takes neither.
+  insp.reset_keys.clear();
+  CHECK(serve("/limits/reset?route=r&ip=1.2.3.4&limit=by-ip", s, &insp, "POST").status == 200);
+  CHECK(insp.reset_keys.size() == 1);
+  CHECK(serve("/limits/reset?route=r&ip=1.2.3.4&amount=3", s, &insp, "POST").status == 400);
+  CHECK(serve("/limits?route=r&ip=1.2.3.4&limit=by-ip", s, &insp).status == 400);
+  insp.ec = fg::redis::make_error_code(fg::redis::errc::not_connected);
+  CHECK(serve("/limits/grant?route=r&ip=1.2.3.4&amount=1", s, &insp, "POST").status == 503);
 }

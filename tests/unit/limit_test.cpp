@@ -1174,3 +1174,29 @@ TEST_CASE("a charge adds past the limit to a live key and leaves a gone one alon
     CHECK(gone.expires_at == 0);
   }
 }
+
+TEST_CASE("a grant gives back what a live key used, never more, and leaves a gone one alone", "[limit]") {
+  using fg::limit::evaluate;
+  using fg::limit::give;
+  for (auto algo : {cfg::algorithm::fixed_window, cfg::algorithm::sliding_window, cfg::algorithm::token_bucket,
+                    cfg::algorithm::gcra}) {
+    INFO(static_cast<int>(algo));
+    const bool by_rate = algo == cfg::algorithm::token_bucket || algo == cfg::algorithm::gcra;
+    auto l = by_rate ? rated(algo, 5, 60'000, 5) : windowed(algo, 5, 60'000);
+    fg::limit::key_state s;
+    std::int64_t now = 1'000'000;
+    for (int i = 0; i < 5; ++i) REQUIRE(evaluate(l, s, now, 1, true).allowed);
+    REQUIRE_FALSE(evaluate(l, s, now, 1, false).allowed);
+    give(l, s, now, 2);
+    CHECK(evaluate(l, s, now, 1, true).remaining == 1);
+    CHECK(evaluate(l, s, now, 1, true).allowed);
+    CHECK_FALSE(evaluate(l, s, now, 1, false).allowed);
+    give(l, s, now, 100);  // never more than was used: the whole quota again, not 100
+    auto d = evaluate(l, s, now, 1, false);
+    CHECK(d.allowed);
+    CHECK(d.remaining == 4);
+    fg::limit::key_state gone;
+    give(l, gone, now, 3);
+    CHECK(gone.expires_at == 0);
+  }
+}
