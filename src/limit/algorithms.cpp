@@ -248,6 +248,20 @@ decision concurrency(const config::limit_config& c, key_state& s, std::int64_t n
   return d;
 }
 
+// gcra: a live key's TAT moved by `units` of cost (forward: a charge; back: a give),
+// kept relative to now. A TAT back at or before now is as if never used: the key expires.
+void move_tat(const config::limit_config& c, key_state& s, std::int64_t now, double units) {
+  const double t = static_cast<double>(c.rate_.per.count()) / static_cast<double>(c.rate_.count);
+  const double tat = std::max(0.0, static_cast<double>(s.count - now) + s.stamp) + t * units;
+  if (tat <= 0) {
+    s.expires_at = 0;
+    return;
+  }
+  s.count = now;
+  s.stamp = tat;
+  s.expires_at = now + ceil_ms(tat) + 3;
+}
+
 }  // namespace
 
 decision evaluate(const config::limit_config& cfg, key_state& s, std::int64_t now, std::uint64_t cost, bool commit,
@@ -288,14 +302,9 @@ void charge(const config::limit_config& c, key_state& s, std::int64_t now, std::
       s.expires_at = now + ceil_ms((burst - s.tokens) / rate) + 3;
       break;
     }
-    case algorithm::gcra: {
-      const double t = static_cast<double>(c.rate_.per.count()) / static_cast<double>(c.rate_.count);
-      const double tat = std::max(0.0, static_cast<double>(s.count - now) + s.stamp) + t * static_cast<double>(a);
-      s.count = now;
-      s.stamp = tat;
-      s.expires_at = now + ceil_ms(tat) + 3;
+    case algorithm::gcra:
+      move_tat(c, s, now, static_cast<double>(a));
       break;
-    }
     case algorithm::sliding_log:
     case algorithm::concurrency:
       break;  // (their costs are known up front: config::takes_any_cost)
@@ -313,18 +322,9 @@ void give(const config::limit_config& c, key_state& s, std::int64_t now, std::ui
     case algorithm::token_bucket:
       s.tokens = std::min(static_cast<double>(c.burst), s.tokens + static_cast<double>(a));
       break;
-    case algorithm::gcra: {
-      const double t = static_cast<double>(c.rate_.per.count()) / static_cast<double>(c.rate_.count);
-      const double tat = static_cast<double>(s.count - now) + s.stamp - t * static_cast<double>(a);
-      if (tat <= 0) {
-        s.expires_at = 0;  // as if never used
-        break;
-      }
-      s.count = now;
-      s.stamp = tat;
-      s.expires_at = now + ceil_ms(tat) + 3;
+    case algorithm::gcra:
+      move_tat(c, s, now, -static_cast<double>(a));
       break;
-    }
     case algorithm::sliding_log:
     case algorithm::concurrency:
       break;

@@ -9,6 +9,7 @@
 #include <hiredis/hiredis.h>
 
 #include <algorithm>
+#include <functional>
 
 #include "store/memory_store.hpp"
 #include "store/redis_batcher.hpp"
@@ -105,18 +106,26 @@ asio::awaitable<error_code> store_inspector::dry_run(std::span<const check> chec
   // The nonce names no entry in a dry run; the script only wants one where it would.
   const auto slot = call.add(checks, "inspect");
   auto [argc, args] = call.finish(true);
+  // The decisions are read in the reply's callback: the reply lives only then.
+  co_return co_await eval(checks.front().key, argc, std::move(args), [&](const redisReply* r) {
+    if (!call.read(r)) return false;
+    call.decisions(slot, checks, out);
+    return true;
+  });
+}
+
+asio::awaitable<error_code> store_inspector::eval(std::string_view key, std::size_t argc, std::string args,
+                                                  std::function<bool(const redisReply*)> read) {
   error_code ec;
-  // The completion runs in hiredis' callback: the decisions are read there (the reply
-  // lives only then) and the coroutine resumes from a post.
+  // The completion runs in hiredis' callback; the coroutine resumes from a post.
   auto init = [&](auto handler) {
     auto h = std::make_shared<decltype(handler)>(std::move(handler));
     auto done = [&, h, ex = ex_](error_code e, const redisReply* r) {
-      if (!e && !call.read(r)) e = redis::make_error_code(redis::errc::protocol);
-      if (!e) call.decisions(slot, checks, out);
+      if (!e && !read(r)) e = redis::make_error_code(redis::errc::protocol);
       ec = e;
       asio::post(ex, [h]() mutable { std::move (*h)(); });
     };
-    if (cluster_) cluster_->eval(redis::key_slot(checks.front().key), argc, std::move(args), std::move(done));
+    if (cluster_) cluster_->eval(redis::key_slot(key), argc, std::move(args), std::move(done));
     else conn_->eval(argc, std::move(args), std::move(done));
   };
   co_await asio::async_initiate<decltype(asio::use_awaitable), void()>(init, asio::use_awaitable);
@@ -189,21 +198,9 @@ asio::awaitable<error_code> store_inspector::refund(std::span<const check> check
   script_call call;
   call.add(checks, "grant");  // (no nonce is read: no sliding_log or concurrency limit)
   auto [argc, args] = call.finish(script_call::mode::refund);
-  error_code ec;
-  auto init = [&](auto handler) {
-    auto h = std::make_shared<decltype(handler)>(std::move(handler));
-    auto done = [&, h, ex = ex_](error_code e, const redisReply* r) {
-      // A refund answers an empty string.
-      if (!e && (!r || r->type != REDIS_REPLY_STRING || r->len != 0)) e = redis::make_error_code(redis::errc::protocol);
-      ec = e;
-      asio::post(ex, [h]() mutable { std::move (*h)(); });
-    };
-    if (cluster_) cluster_->eval(redis::key_slot(checks.front().key), argc, std::move(args), std::move(done));
-    else conn_->eval(argc, std::move(args), std::move(done));
-  };
-  co_await asio::async_initiate<decltype(asio::use_awaitable), void()>(init, asio::use_awaitable);
-  co_return ec;
-  co_return error_code{};
+  // A refund answers an empty string.
+  co_return co_await eval(checks.front().key, argc, std::move(args),
+                          [](const redisReply* r) { return r && r->type == REDIS_REPLY_STRING && r->len == 0; });
 }
 
 asio::awaitable<error_code> store_inspector::command(std::string_view key, std::vector<std::string> args,

@@ -4,6 +4,7 @@
 #include <boost/system/error_code.hpp>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <span>
 
@@ -11,6 +12,8 @@
 #include "limit/decision.hpp"
 
 #include "redis/reply.hpp"
+
+struct redisReply;
 
 namespace fg::redis {
 class connection;
@@ -76,6 +79,10 @@ class store_inspector final : public inspector {
   // Records the checks' keys in the store's resets (resets_key), by its own time.
   boost::asio::awaitable<boost::system::error_code> record_resets(const config::config& cfg,
                                                                   std::span<const check> checks);
+  // One call of the limiter script on the server of `key`'s slot; `read` (in the reply's
+  // callback) false: a protocol error.
+  boost::asio::awaitable<boost::system::error_code> eval(std::string_view key, std::size_t argc, std::string args,
+                                                         std::function<bool(const redisReply*)> read);
   // One refund call of `checks` (all in one slot on a cluster): lua/evaluate.lua's mode 2.
   boost::asio::awaitable<boost::system::error_code> refund(std::span<const check> checks);
   // Waits (up to the grace a new connection has) for the connection for `rc`.

@@ -66,16 +66,7 @@ def test_a_reset_on_the_memory_store(gateway_factory):
     assert admin_get(g, "/limits/reset?route=api&header.X-Client=x").status == 405
 
 
-QUOTA_AND_RATE = """  - name: api
-    match: { path_prefix: / }
-    upstream: api
-    limits:
-      - name: quota
-        algorithm: fixed_window
-        key: header:X-Client
-        limit: 10
-        window: 10m
-      - name: pace
+QUOTA_AND_RATE = LIMIT + """      - name: pace
         algorithm: token_bucket
         key: header:X-Client
         rate: 1/m
