@@ -37,22 +37,16 @@ void resume_with_sends(std::size_t n, void (*resume)(void*), void* arg) {
   resume(arg);
 }
 
-// The worker's loop, a turn at a time: one wait for what is ready, then what is ready
-// now (at most `turn` handlers, so that a busy loop still sends often), inside one
-// send_batch scope: the upstream writes of a turn go out in one submission (as those of
-// requests one Redis reply resumes do). A turn with one write sends it at once: nothing
-// waits for a batch at low load. What a handler throws is logged and the loop goes on
-// (obs::run_logged).
+// The worker's loop, in turns (upstream::send_batch::in_turns): the upstream writes of a
+// turn of the loop go out in one submission (as those of requests one Redis reply
+// resumes do); a turn with one write sends it at once: nothing waits for a batch at low
+// load. What a handler throws is logged and the loop goes on (obs::run_logged).
 void run_in_turns(asio::io_context& ioc, const char* what) {
-  constexpr int turn = 128;
+  upstream::send_batch::in_turns(ioc.get_executor());
   for (;;) {
     try {
-      for (;;) {
-        upstream::send_batch::collect sends;
-        if (ioc.run_one() == 0) return;
-        for (int i = 1; i < turn && ioc.poll_one() > 0; ++i) {
-        }
-      }
+      ioc.run();
+      return;
     } catch (const std::exception& e) {
       spdlog::error("{}: {}", what, e.what());
     }

@@ -15,6 +15,7 @@ namespace fg::upstream {
 
 namespace {
 thread_local send_batch* collecting = nullptr;
+thread_local send_batch* turning = nullptr;  // in_turns
 constexpr unsigned ring_entries = 256;
 }  // namespace
 
@@ -28,11 +29,21 @@ send_batch& send_batch::of_this_thread() {
   return b;
 }
 
-send_batch* send_batch::current() { return collecting; }
+send_batch* send_batch::current() { return collecting ? collecting : turning; }
+
+void send_batch::in_turns(boost::asio::any_io_executor ex) {
+  auto& b = of_this_thread();
+  if (!b.open()) return;
+  b.turns_ = std::move(ex);
+  turning = &b;
+}
 
 send_batch::collect::collect(bool wanted) {
   // (inside another collect: its writes go with the outer one's, when that one ends)
-  if (wanted && !collecting && of_this_thread().open()) batch_ = &of_this_thread();
+  if (wanted && !collecting && of_this_thread().open()) {
+    batch_ = &of_this_thread();
+    collecting = batch_;
+  }
 }
 
 send_batch::collect::~collect() {
@@ -50,17 +61,27 @@ bool send_batch::open() {
     else
       ring_ = std::move(r);
   }
-  if (!ring_) return false;
-  collecting = this;
-  return true;
+  return ring_ != nullptr;
 }
 
 void send_batch::add(boost::asio::ip::tcp::socket& s, std::span<const boost::asio::const_buffer> bufs, handler h) {
   queued_.push_back({&s, bufs, std::move(h)});
+  // Outside a collect (which sends when it ends), the turn's sending is posted once.
+  if (!collecting && !flush_posted_ && turns_) {
+    flush_posted_ = true;
+    boost::asio::post(turns_, [this] {
+      flush_posted_ = false;
+      flush();
+    });
+  }
 }
 
 void send_batch::submit() {
   collecting = nullptr;
+  flush();
+}
+
+void send_batch::flush() {
   if (queued_.empty()) return;
   auto writes = std::move(queued_);
   queued_.clear();

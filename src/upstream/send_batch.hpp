@@ -1,5 +1,6 @@
 #pragma once
 #include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/system/error_code.hpp>
@@ -24,9 +25,10 @@ namespace fg::upstream {
 // Per worker thread. While a `collect` lives, the session's upstream writes are queued
 // here (`current()` is set); when it ends they are sent with MSG_DONTWAIT, so nothing
 // blocks, and each write completes through its executor. A collect inside another does
-// nothing (the outer one sends); one write alone goes as an ordinary Asio write. The
-// worker's loop holds one per turn (app/worker.cpp, run_in_turns). A write the socket did not
-// take whole goes on as an ordinary Asio write from where it stopped. Where io_uring
+// nothing (the outer one sends); one write alone goes as an ordinary Asio write. A
+// thread that runs its loop `in_turns` has every write batched so, a turn of the loop at
+// a time (below). A write the socket did not take whole goes on as an ordinary Asio
+// write from where it stopped. Where io_uring
 // is not available (an old kernel, a seccomp profile), nothing collects and writes go
 // out one by one as before.
 class send_batch {
@@ -47,6 +49,15 @@ class send_batch {
     send_batch* batch_ = nullptr;
   };
 
+  // From now on, the calling thread's upstream writes outside a collect are queued too,
+  // and the first one queued posts their sending to `ex` (the thread's own loop): it
+  // runs once the handlers ready before it have run, a turn of the loop (one look for
+  // ready sockets, which never waits while it is queued, then what that found). At low
+  // load a turn is one handler: nothing waits for a batch. The loop itself stays
+  // `run()`: a loop of run_one()/poll_one() calls, each of which makes Asio's per-thread
+  // cache of handler memory anew and frees it on return, sent every handler and
+  // coroutine frame to malloc (23.9k against 17.4k instructions per request).
+  static void in_turns(boost::asio::any_io_executor ex);
   // The batch collecting writes on this thread now, or null.
   static send_batch* current();
   // Queues a write of `bufs` (which must live until `h` is called) on `s`.
@@ -63,13 +74,18 @@ class send_batch {
   struct ring;
   static send_batch& of_this_thread();
   bool open();
+  // Ends a collect: sends what is queued.
   void submit();
+  // Sends what is queued.
+  void flush();
   void send(std::span<write> writes);
   // Sends `writes` in one submission; `results[i]` gets what send i returned.
   void send_on_ring(std::span<write> writes, std::vector<int>& results);
   std::unique_ptr<ring> ring_;
   bool tried_ = false;
   std::vector<write> queued_;
+  boost::asio::any_io_executor turns_;  // in_turns: where the sending of a turn is posted
+  bool flush_posted_ = false;
 };
 
 }  // namespace fg::upstream
