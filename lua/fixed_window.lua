@@ -37,8 +37,12 @@ ALGOS[FW] = function(now, ceil, floor, whole, read_state)
       end
       return k, 1, limit - used - cost, reset, 0, -cost, 0
     end,
-    give = function(st, _, cost)
-      if st.fresh then return end
+    give = function(st, spec, cost)
+      if st.fresh then
+        -- Gone: a refund has nothing to give back; a charge (cost < 0) begins a window.
+        if cost >= 0 then return end
+        st.e = ceil(window_end(spec))
+      end
       st.n, st.dirty = mmax(0, st.n - cost), true
     end,
     save = function(key, st)

@@ -45,9 +45,13 @@ ALGOS[GCRA] = function(now, ceil, floor, whole, read_state)
       return k, 1, mmax(0, floor((tolerance - new_tat) / t)), ceil(new_tat), 0, -cost, step or 0
     end,
     give = function(st, spec, cost, _, _, key)
-      if not st.o then return end
-      -- The TAT goes back by cost*T; at or before now, the key is as if never used.
-      local tat = st.o - origin + st.r - frac - spec[3] / spec[2] * cost
+      -- Gone: a refund has nothing to give back; a charge (cost < 0) starts from now.
+      if not st.o and cost >= 0 then return end
+      -- The TAT goes back by cost*T (forward, a charge: from now at the earliest); at or
+      -- before now, the key is as if never used.
+      local tat = st.o and (st.o - origin + st.r - frac) or 0
+      if cost < 0 then tat = mmax(0, tat) end
+      tat = tat - spec[3] / spec[2] * cost
       if tat <= 0 then
         redis.call('DEL', key)
         return

@@ -47,8 +47,20 @@ ALGOS[SW] = function(now, ceil, floor, whole, read_state)
       end
       return k, 1, mmax(0, floor(limit - estimate - cost)), window - elapsed, 0, -cost, 0
     end,
-    give = function(st, _, cost)
-      if not st.b then return end
+    give = function(st, spec, cost)
+      -- Gone: a refund has nothing to give back; a charge (cost < 0) begins the key now.
+      if not st.b and cost >= 0 then return end
+      local window = spec[3]
+      if not st.b then st.b, st.c, st.p, st.o = 0, 0, 0, mfloor(now) end
+      -- Into the bucket of now (as take counts), the stored one moved on if it is past.
+      local t = mmax(mfloor(now) - st.o, st.b * window)
+      local idx = mfloor(t / window)
+      if idx == st.b + 1 then
+        st.p, st.c = st.c, 0
+      elseif idx > st.b + 1 then
+        st.p, st.c = 0, 0
+      end
+      st.b = idx
       st.c, st.dirty = mmax(0, st.c - cost), true
     end,
     save = function(key, st, spec)

@@ -42,8 +42,13 @@ ALGOS[TB] = function(now, ceil, floor, whole, read_state)
       return k, 1, floor(tokens - cost), ceil((burst - tokens + cost) / rate), 0, -cost, step or 0
     end,
     give = function(st, spec, cost)
-      if not st.t then return end
-      st.t, st.dirty = mmin(spec[4], st.t + cost), true
+      -- Gone (full again): a refund has nothing to give back; a charge (cost < 0) takes
+      -- from a full bucket. The tokens are brought up to now first: the TTL counts from it.
+      if not st.t and cost >= 0 then return end
+      local burst, rate = spec[4], spec[2] / spec[3]
+      local tokens = burst
+      if st.t then tokens = mmin(burst, st.t + (now - st.s) * rate) end
+      st.t, st.s, st.dirty = mmin(burst, tokens + cost), now, true
     end,
     save = function(key, st, spec)
       local rate = spec[2] / spec[3]

@@ -120,6 +120,9 @@ synthetic_request::synthetic_request(const limits_query& q, std::string client) 
   parts_.client = client_;
   parts_.query = query_;
   parts_.client_cert = q.client_cert;
+  // A body of unknown size: a body_bytes limit is asked about as for a request that
+  // takes 1 up front (an admin query has no body, and a cost of 0 would skip the limit).
+  parts_.chunked = true;
   parts_.header = &synthetic_request::header;
   parts_.header_ctx = this;
 }

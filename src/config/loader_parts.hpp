@@ -64,6 +64,7 @@ class route_loader {
   // Earlier routes' exact paths, and which routes have each (in file order).
   std::unordered_map<std::string, std::vector<std::size_t>> exact_paths_;
   std::size_t limit_count_ = 0;  // limits numbered so far (limit_config::index)
+  duration drain_timeout_{0};    // http.drain_timeout (a delay must fit in a drain)
 };
 
 }  // namespace fg::config::detail

@@ -11,6 +11,7 @@
 namespace fg::config::detail {
 
 void route_loader::routes(const YAML::Node& node, config& c) {
+  drain_timeout_ = c.http.drain_timeout;
   if (!node.IsSequence()) {
     r_.error(node, "routes must be a list");
     return;
@@ -224,6 +225,10 @@ void route_loader::on_exceed(yaml_reader::object& o, limit_config& l, const std:
   }
   set(l.max_delay, positive_duration(r_, d));
   if (l.max_delay > std::chrono::minutes(1)) r_.error(d, "max_delay is at most 1m");
+  // A drain waits for waiting requests up to http.drain_timeout: a longer wait is cut.
+  else if (l.max_delay >= drain_timeout_)
+    r_.error(d, "max_delay must be shorter than http.drain_timeout (" + std::to_string(drain_timeout_.count()) +
+                    "ms): a drain would cut the waits");
 }
 
 // align: calendar and timezone: a fixed_window of 1d, 1w or 1mo ending at midnight in a zone.

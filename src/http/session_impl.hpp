@@ -150,7 +150,7 @@ class session {
   // The upstream answered (its response head): its health, the time since `t0` (access
   // log, metrics), the costs a response tells (charge_after, session_read.ipp).
   void head_arrived(const config::route_config& route, clock::time_point t0);
-  void charge_after(const bhttp::response_header<>& res);
+  void charge_after(const bhttp::response_header<>* res);
   asio::awaitable<outcome> refuse(limit::status st);
   asio::awaitable<outcome> forward_in_turn();
   asio::awaitable<bool> wait_turn(std::chrono::milliseconds wait);

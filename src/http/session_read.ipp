@@ -341,16 +341,19 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::refuse(limit
                                 limit::content_type(route.response));
 }
 
-// The costs known once the upstream answered, charged to the limits that decided the
-// request: a response header's number (charge: response_header:<Name>), and the rest of
-// a chunked body counted by bytes (cost: body_bytes took 1 up front).
+// The costs known once the upstream answered (`res`; null when the exchange failed
+// before a response), charged to the limits that decided the request: a response
+// header's number (charge: response_header:<Name>), and the rest of a chunked body
+// counted by bytes (cost: body_bytes took 1 up front), read whether or not an answer
+// came. Each limit takes at most its whole quota from one request.
 template <class Stream>
-void session<Stream>::charge_after(const bhttp::response_header<>& res) {
+void session<Stream>::charge_after(const bhttp::response_header<>* res) {
+  if (!limits_.asked || !limits_.asked_source) return;
   for (std::size_t i = 0; i < limits_.checks.size(); ++i) {
     const auto& l = *limits_.checks[i].cfg;
     std::uint64_t amount = 0;
-    if (!l.charge_header.empty()) {
-      const auto v = res[l.charge_header];
+    if (res && !l.charge_header.empty()) {
+      const auto v = (*res)[l.charge_header];
       std::uint64_t n = 0;
       auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
       if (!v.empty() && ec == std::errc{} && p == v.data() + v.size() && n <= 1'000'000'000) amount += n;
@@ -358,6 +361,7 @@ void session<Stream>::charge_after(const bhttp::response_header<>& res) {
     if (l.cost_from == config::limit_config::cost_kind::body_bytes && ad_.framing.type == body_framing::kind::chunked &&
         bytes_in_ > 1)
       amount += bytes_in_ - 1;
+    amount = std::min(amount, config::quota(l));
     if (amount) limits_.asked_source->charge(limits_, i, amount);
   }
 }

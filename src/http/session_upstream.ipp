@@ -323,7 +323,10 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
     up.reset();
     const auto next = after_failure(up_cfg, at, ec, st);
     idle_ok = next.idle_ok;
-    if (!next.again) co_return co_await send_local(next.status, false);
+    if (!next.again) {
+      charge_after(nullptr);  // (what of the body was read still counts)
+      co_return co_await send_local(next.status, false);
+    }
   }
   head_arrived(route, t0);
   // Only a WebSocket upgrade we asked for becomes a tunnel: anything else would carry
@@ -352,7 +355,7 @@ void session<Stream>::head_arrived(const config::route_config& route, clock::tim
     if (ctx_.metrics)
       ctx_.metrics->upstream_time(route.slot, std::chrono::duration_cast<std::chrono::microseconds>(waited).count());
   }
-  if (limits_.asked && limits_.asked_source) charge_after(rp_->get().base());
+  charge_after(&rp_->get().base());
 }
 
 // The rest of the request body, streamed; the client's errors come back as body_errc.

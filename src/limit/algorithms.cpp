@@ -17,7 +17,12 @@ namespace {
 
 using config::algorithm;
 
-std::int64_t ceil_ms(double v) { return static_cast<std::int64_t>(std::ceil(v - 1e-9)); }
+// Rounded up to whole ms; saturated far beyond any window (a key deep in debt, a tiny
+// rate), never past what an int64 holds.
+std::int64_t ceil_ms(double v) {
+  constexpr double most = 4.0e18;
+  return static_cast<std::int64_t>(std::clamp(std::ceil(v - 1e-9), -most, most));
+}
 
 decision fixed_window(const config::limit_config& c, key_state& s, std::int64_t now, std::uint64_t cost, bool commit) {
   const auto w = c.window.count();
@@ -168,7 +173,7 @@ decision token_bucket(const config::limit_config& c, key_state& s, std::int64_t 
   }
   if (tokens + 1e-9 < need) {
     d.allowed = false;
-    d.remaining = static_cast<std::uint64_t>(std::floor(tokens + 1e-9));
+    d.remaining = static_cast<std::uint64_t>(std::max(0.0, std::floor(tokens + 1e-9)));  // (below 0: in debt)
     d.retry_ms = std::max<std::int64_t>(1, ceil_ms((need - tokens) / rate));
     d.reset_ms = ceil_ms((burst - tokens) / rate);
     return d;
@@ -278,8 +283,14 @@ decision evaluate(const config::limit_config& cfg, key_state& s, std::int64_t no
 }
 
 void charge(const config::limit_config& c, key_state& s, std::int64_t now, std::uint64_t amount) {
-  if (s.expires_at <= now) return;
-  const auto a = static_cast<std::int64_t>(amount);
+  // A key gone since the request (a bucket refilled, a window ended) is begun afresh,
+  // as the request's own admission would begin it, and the charge taken from that.
+  if (s.expires_at <= now) {
+    s = key_state{};
+    (void)evaluate(c, s, now, 0, true);
+  }
+  // At most the whole quota at once: one answer cannot sink its client for ages.
+  const auto a = static_cast<std::int64_t>(std::min(amount, config::quota(c)));
   switch (c.algo) {
     case algorithm::fixed_window:
       s.count += a;

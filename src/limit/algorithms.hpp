@@ -30,9 +30,11 @@ struct key_state {
 decision evaluate(const config::limit_config& cfg, key_state& s, std::int64_t now, std::uint64_t cost, bool commit,
                   std::uint64_t lease = 0);
 
-// Adds `amount` to a live key's count after the fact (a post-charge: a response's cost,
-// the rest of a chunked body's), with no decision: the balance may go past the limit.
-// A key that has expired is left alone, as the Lua twin's give with a negative cost does.
+// Adds `amount` (at most the limit's quota) to a key's count after the fact (a
+// post-charge: a response's cost, the rest of a chunked body's), with no decision: the
+// balance may go past the limit. A key that has expired since (a token bucket refilled,
+// a window ended) is begun afresh and charged, as the Lua twin's give with a negative
+// cost does.
 // For fixed_window, sliding_window, token_bucket and gcra (config::takes_any_cost).
 void charge(const config::limit_config& cfg, key_state& s, std::int64_t now, std::uint64_t amount);
 

@@ -239,12 +239,16 @@ unsigned build_checks(std::vector<check>& checks, std::string_view prefix, const
       if (pick.plan->unlimited) continue;
       cfg = pick.plan;
     }
-    const auto cost = request_cost(l, r);
+    auto cost = request_cost(l, r);
     if (!cost) {
       checks.resize(n);
       return 400;
     }
-    if (*cost == 0) continue;  // (nothing to take: an empty upload, a free call)
+    // Nothing to take (an empty upload, a free call): no check; but a limit charged
+    // after the response takes at least 1 up front, so that a client in debt is refused
+    // and the request is charged.
+    if (*cost == 0 && l.charge_header.empty()) continue;
+    if (*cost == 0) *cost = 1;
     if (n == checks.size()) checks.emplace_back();
     auto& c = checks[n];
     if (!build_key(c.key, prefix, route.name, l, r, cluster)) continue;

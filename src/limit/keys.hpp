@@ -25,7 +25,8 @@ struct request_parts {
 
 // A request's cost for limit `l`: its `cost`, a request header's number, or the body's
 // size (chunked: 1 now, the rest charged once read); nullopt when the header's value is
-// no whole number from 0 to 1e9 (the request is refused with 400).
+// no whole number from 0 to 1e9 (the request is refused with 400). A cost of 0 makes no
+// check (build_checks), unless the limit is charged after the response: then 1.
 std::optional<std::uint64_t> request_cost(const config::limit_config& l, const request_parts& r);
 
 // The Redis/memory key of one limit for one request:

@@ -67,12 +67,16 @@ status policy::from_cache(limit_call& c) {
 // trip (and 1 ms of rounding), so that the next request reaches the store as the limit
 // admits again, not a round trip late; a denial shorter than that is not cached at all.
 // Otherwise every emission interval of a fast limit would lose a round trip, and a
-// 1000/s limit would admit far less than it promises.
+// 1000/s limit would admit far less than it promises. A limit that delays (on_exceed:
+// delay) admits again max_delay before that: the denial is held that much less.
 void policy::remember_denials(const limit_call& c) {
   const std::int64_t early = inner_.round_trip_ms() + 1;
-  for (std::size_t i = 0; i < c.checks.size(); ++i)
-    if (!c.decisions[i].allowed && config::denials_hold(*c.checks[i].cfg) && c.decisions[i].retry_ms > early + 1)
-      denies_->remember(c.checks[i].key, c.checks[i].cfg, c.checks[i].cost, c.now + c.decisions[i].retry_ms - early);
+  for (std::size_t i = 0; i < c.checks.size(); ++i) {
+    const auto& l = *c.checks[i].cfg;
+    const std::int64_t hold = c.decisions[i].retry_ms - l.max_delay.count();
+    if (!c.decisions[i].allowed && config::denials_hold(l) && hold > early + 1)
+      denies_->remember(c.checks[i].key, c.checks[i].cfg, c.checks[i].cost, c.now + hold - early);
+  }
 }
 
 void policy::charge(const limit_call& c, std::size_t i, std::uint64_t amount) {

@@ -128,8 +128,7 @@ void memory_store::erase(const std::string& key) {
 void memory_store::charge(const check& c, std::uint64_t amount, std::int64_t now) {
   auto& sh = shards_[shard_of(c.key)];
   std::lock_guard lock(sh.mu);
-  auto it = sh.map.find(std::string_view(c.key));
-  if (it != sh.map.end()) limit::charge(*c.cfg, it->second->state, now, amount);
+  limit::charge(*c.cfg, touch(sh, c.key, now, {}), now, amount);
 }
 
 void memory_store::give(const check& c, std::uint64_t amount, std::int64_t now) {

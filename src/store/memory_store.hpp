@@ -41,7 +41,7 @@ class memory_store {
   void release(const std::string& key, std::uint64_t lease);
   // Forgets `key` (an admin's reset: its client starts afresh); its leases go with it.
   void erase(const std::string& key);
-  // A post-charge of `amount` to the check's key (limit::charge), if the key is held.
+  // A post-charge of `amount` to the check's key (limit::charge), made if it is gone.
   void charge(const check& c, std::uint64_t amount, std::int64_t now);
   // Gives back up to `amount` of what the check's key used (limit::give), if it is held.
   void give(const check& c, std::uint64_t amount, std::int64_t now);

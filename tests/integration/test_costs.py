@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from conftest import get
+from conftest import get, wait_until
 from stores import KINDS, store_gateway
 
 
@@ -97,3 +97,22 @@ def test_a_response_header_is_charged_after_the_response(kind, algorithm, number
     assert r.status == 200 and remaining(r) == 5, r.headers  # 10 - (1 + 3) - 1
     assert req(g, "a", "/cost?n=20").status == 200  # admitted (1 fits), then 20 more: past the limit
     assert req(g, "a", "/echo").status == 429
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("algorithm", ["token_bucket", "gcra"])
+def test_a_charge_reaches_a_key_gone_since_its_request(kind, algorithm, request, gateway_factory):
+    """A bucket full again while the response was on its way (its key gone from the
+    store) is charged all the same: begun afresh, then charged."""
+    g = store_gateway(kind, request, gateway_factory,
+                      routes=route(limit(algorithm, "rate: 10/s\n        burst: 20", charge="response_header:X-Cost")))
+    # Takes 1 (full again 100 ms later: the key goes), then 15 once answered, 400 ms on.
+    assert req(g, "a", "/cost?n=15&ms=400").status == 200
+    r = req(g, "a", "/echo")
+    # 20 - 15 - 1 = 4, plus what 10/s refills until this request (not 19: the charge lost)
+    assert r.status == 200 and 4 <= remaining(r) <= 9, r.headers
+    # One response cannot sink its client past the whole quota: charged 20, not a
+    # million (which 10/s would take a day to refill), so it is admitted again soon.
+    assert req(g, "b", "/cost?n=1000000").status == 200
+    assert req(g, "b", "/echo").status == 429
+    assert wait_until(lambda: req(g, "b", "/echo").status == 200, 5)

@@ -11,7 +11,7 @@ Endpoints (any method):
   /close-delimited  HTTP/1.1 response with neither length nor chunking, ends by closing
   /ws               WebSocket handshake, then echoes every frame back
   /status?code=N    answers status N
-  /cost?n=N         answers 200 with X-Cost: N
+  /cost?n=N&ms=M    answers 200 with X-Cost: N (after M ms, 0 by default)
   /close-after?ms=N answers, then closes the idle connection after N ms
   /upgrade-any      with an Upgrade header: 101 with that Upgrade value (as Tomcat does
                     for h2c), then a raw tunnel echoing every byte back; without: as /echo
@@ -245,6 +245,7 @@ def handle(conn):
             return
         elif path == "/cost":
             # a response that says what it cost (a limit's charge: response_header:X-Cost)
+            time.sleep(int(q.get("ms", "0")) / 1000)
             respond(conn.sock, 200, b"costed", [("X-Cost", q.get("n", "1"))])
         elif path == "/status":
             code = int(q.get("code", "200"))

@@ -69,6 +69,10 @@ TEST_CASE("bad configurations report the first problem with line, column and mes
        8, 7, "unknown key 'method' (did you mean 'methods'?)"},
       {"unknown key inside a limit", kLimitsHead + kLimit + "        cots: 2\n", 14, 9,
        "unknown key 'cots' (did you mean 'cost'?)"},
+      {"a delay longer than a drain", "http:\n  drain_timeout: 5s\n" + kLimitsHead +
+           "      - name: l\n        algorithm: gcra\n        rate: 5/s\n        burst: 1\n        on_exceed: delay\n"
+           "        max_delay: 5s\n",
+       17, 20, "max_delay must be shorter than http.drain_timeout (5000ms): a drain would cut the waits"},
       {"duplicate top-level key", "listen: \"0.0.0.0:1\"\nlisten: \"0.0.0.0:2\"\n" + kRoutes, 2, 1, "duplicate key 'listen'"},
       // --- durations, sizes, integers
       {"duration without unit", "http:\n  header_timeout: 5\n" + kRoutes, 2, 19,

@@ -1151,7 +1151,7 @@ TEST_CASE("script_call reads runs: a constant step per request, the limit from t
   CHECK_FALSE(call.read(nullptr));
 }
 
-TEST_CASE("a charge adds past the limit to a live key and leaves a gone one alone", "[limit]") {
+TEST_CASE("a charge adds past the limit to a live key, begins a gone one afresh, and takes at most the quota", "[limit]") {
   using fg::limit::charge;
   using fg::limit::evaluate;
   for (auto algo : {cfg::algorithm::fixed_window, cfg::algorithm::sliding_window, cfg::algorithm::token_bucket,
@@ -1169,9 +1169,18 @@ TEST_CASE("a charge adds past the limit to a live key and leaves a gone one alon
     auto d = evaluate(l, s, now, 1, true);
     CHECK_FALSE(d.allowed);
     CHECK(d.retry_ms > 0);
+    // A key gone since its request (a bucket refilled, a window over) still pays.
     fg::limit::key_state gone;
     charge(l, gone, now, 3);
-    CHECK(gone.expires_at == 0);
+    CHECK(gone.expires_at > now);
+    CHECK(evaluate(l, gone, now, 1, false).remaining == 1);
+    // One charge takes at most the whole quota: 5, not a billion.
+    fg::limit::key_state sunk;
+    charge(l, sunk, now, 1'000'000'000);
+    auto w = evaluate(l, sunk, now, 1, false);
+    CHECK_FALSE(w.allowed);
+    CHECK(w.retry_ms <= 60'000 + 12'000);
+    CHECK(w.remaining == 0);
   }
 }
 
