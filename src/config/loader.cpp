@@ -73,6 +73,7 @@ class loader {
     if (auto n = top.get("http"); present(n)) http(n, c.http);
     if (auto n = top.get("resolver"); present(n)) resolver(n, c.resolver);
     if (auto n = top.get("tls"); present(n)) tls(n, c.tls);
+    r_.client_certificates = !c.tls.client_ca.empty();
     auto ups = top.get("upstreams");
     if (present(ups)) upstreams(ups, c);
     else r_.error(root, "missing required key 'upstreams'");

@@ -186,7 +186,12 @@ std::optional<key_source> key_source_of(yaml_reader& r_, const YAML::Node& n) {
   if (!s) return std::nullopt;
   if (*s == "global") return key_source{key_source::kind::global, {}};
   if (*s == "ip") return key_source{key_source::kind::ip, {}};
-  if (*s == "client_cert") return key_source{key_source::kind::client_cert, {}};
+  if (*s == "client_cert") {
+    if (!r_.client_certificates)
+      r_.error(n, "key client_cert needs tls.client_ca: without it no request carries a verified certificate, "
+                  "and every request would share one key");
+    return key_source{key_source::kind::client_cert, {}};
+  }
   auto colon = s->find(':');
   auto kind = s->substr(0, colon);
   auto name = colon == std::string::npos ? std::string() : s->substr(colon + 1);

@@ -31,6 +31,10 @@ class yaml_reader {
   void error(const YAML::Node& at, std::string message);
   void error(const YAML::Mark& at, std::string message);
 
+  // Whether requests can carry a verified client certificate (tls.client_ca is set):
+  // a key source client_cert is refused without (the loader sets it after tls:).
+  bool client_certificates = false;
+
   // A mapping; keys not asked for by get() are reported as unknown by finish().
   class object {
    public:

@@ -1,6 +1,7 @@
 #include "http/upstream_failure.hpp"
 
 #include <boost/asio/error.hpp>
+#include <boost/asio/ssl/error.hpp>
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/http/error.hpp>
 #include "util/asio.hpp"
@@ -25,10 +26,11 @@ struct body_category_impl final : boost::system::error_category {
 bool timed_out(boost::system::error_code ec) { return ec == boost::beast::error::timeout; }
 
 // The peer closed (or reset) the connection before answering anything: on a pooled one,
-// the request can go again on a fresh one.
+// the request can go again on a fresh one. (stream_truncated: a TLS upstream's close
+// without close_notify.)
 bool nothing_received(boost::system::error_code ec) {
   return ec == bhttp::error::end_of_stream || ec == boost::asio::error::connection_reset ||
-         ec == boost::asio::error::eof;
+         ec == boost::asio::error::eof || ec == boost::asio::ssl::error::stream_truncated;
 }
 
 }  // namespace

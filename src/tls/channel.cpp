@@ -1,5 +1,7 @@
 #include "tls/channel.hpp"
 
+#include <boost/asio/ssl/error.hpp>
+
 #include <openssl/err.h>
 #include <openssl/x509.h>
 
@@ -60,6 +62,9 @@ error_code error_of(SSL* ssl, int ssl_error) {
   }
   const unsigned long e = ERR_get_error();
   ERR_clear_error();
+  // The peer closed without close_notify where that was not allowed (an upstream's end
+  // of stream: a close-delimited body cut short reads as this, never as its end).
+  if (ERR_GET_REASON(e) == SSL_R_UNEXPECTED_EOF_WHILE_READING) return boost::asio::ssl::error::stream_truncated;
   // A handshake the peer's certificate failed: the reason, not "certificate verify failed".
   if (ssl) {
     const long v = SSL_get_verify_result(ssl);

@@ -120,6 +120,9 @@ struct drive_op {
   void operator()(Self& self, error_code ec = {}) {
     if (done) return self.complete(result, n);
     if (ec) return self.complete(ec, 0);
+    // OpenSSL holds the descriptor's number, not the socket: once the socket is closed
+    // (a tunnel's other side failed) the number may be another connection's already.
+    if (!socket->is_open()) return self.complete(boost::asio::error::bad_descriptor, 0);
     ERR_clear_error();
     const int r = attempt(n);
     if (r == 1) {

@@ -26,7 +26,9 @@ std::shared_ptr<const client_context> client_context::build(const config::upstre
   out->server_name_ = cfg.server_name;
   out->verify_ = cfg.verify;
   SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
-  SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION | SSL_OP_IGNORE_UNEXPECTED_EOF);
+  // (No SSL_OP_IGNORE_UNEXPECTED_EOF: an upstream's close without close_notify is a
+  // truncation, stream_truncated, not the end of a body that its closing delimits.)
+  SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
   SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
   // Sessions are kept by the pool, per server (not in OpenSSL's cache, keyed by nothing we know).
   SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);

@@ -155,6 +155,21 @@ def test_bodies_both_ways_and_a_websocket_over_tls(gateway_factory, tls_origin, 
         ws_echo(s)
 
 
+def test_a_body_that_its_close_delimits_ends_only_with_close_notify(gateway_factory, tls_origin, pki):
+    """A close-delimited body ends with the upstream's close_notify; a close without one
+    is a truncation (anyone on the path can send a FIN), never passed on as a whole body:
+    the client's chunked response ends without its last chunk."""
+    g = gateway_factory(upstream_address=tls_origin.address, upstream_opts=tls_opts(ca=str(pki["ca"][0])))
+    with g.connect() as s:
+        s.sendall(get("/close-delimited"))
+        r = read_response(s)
+        assert r.status == 200 and r.body == b"y" * 5000 and r.complete
+    with g.connect() as s:
+        s.sendall(get("/close-truncated"))
+        r = read_response(s)
+        assert r.status == 200 and not r.complete, r.body[-20:]
+
+
 def test_health_checks_speak_tls(gateway_factory, tls_origin, pki):
     opts = {**tls_opts(ca=str(pki["ca"][0])),
             "health": "{ path: /__check, interval: 200ms, timeout: 150ms, rise: 1, fall: 1 }"}

@@ -9,6 +9,8 @@ Endpoints (any method):
   /slow?ms=N        waits N ms before answering
   /close-mid        promises 1000 bytes, sends 100, closes
   /close-delimited  HTTP/1.1 response with neither length nor chunking, ends by closing
+                    (over TLS with a close_notify)
+  /close-truncated  the same, but over TLS without a close_notify (cut short)
   /ws               WebSocket handshake, then echoes every frame back
   /status?code=N    answers status N
   /cost?n=N&ms=M    answers 200 with X-Cost: N (after M ms, 0 by default)
@@ -222,8 +224,12 @@ def handle(conn):
             conn.sock.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\nhello\n0\n\n")
             time.sleep(5)
             return
-        elif path == "/close-delimited":
+        elif path in ("/close-delimited", "/close-truncated"):
             conn.sock.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + b"y" * 5000)
+            # Over TLS the end is a close_notify, as a server sends one; /close-truncated
+            # closes without it (a connection cut short).
+            if path == "/close-delimited" and isinstance(conn.sock, ssl.SSLSocket):
+                conn.sock = conn.sock.unwrap()
             return
         elif path == "/ws":
             key = headers.get("sec-websocket-key", "")

@@ -73,6 +73,9 @@ TEST_CASE("bad configurations report the first problem with line, column and mes
            "      - name: l\n        algorithm: gcra\n        rate: 5/s\n        burst: 1\n        on_exceed: delay\n"
            "        max_delay: 5s\n",
        17, 20, "max_delay must be shorter than http.drain_timeout (5000ms): a drain would cut the waits"},
+      {"a client_cert key without client certificates", kLimitsHead + kLimit + "        key: client_cert\n", 14, 14,
+       "key client_cert needs tls.client_ca: without it no request carries a verified certificate, and every request "
+       "would share one key"},
       {"duplicate top-level key", "listen: \"0.0.0.0:1\"\nlisten: \"0.0.0.0:2\"\n" + kRoutes, 2, 1, "duplicate key 'listen'"},
       // --- durations, sizes, integers
       {"duration without unit", "http:\n  header_timeout: 5\n" + kRoutes, 2, 19,
