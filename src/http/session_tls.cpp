@@ -35,6 +35,25 @@ void note(std::uint64_t& count, std::int64_t& last_ms, const char* what, unsigne
 
 void spawn(worker_context& ctx, tls::stream stream, bool resumed);
 
+// A handshake flood must not take the worker from the connections it serves, nor keep
+// new clients out: at tls.max_handshakes in progress, the oldest is ended (its socket's
+// wait cancelled, its entry expired) for the newest. Silent connections then hold a
+// place for as long as it takes the flood to open max_handshakes more, while a real
+// client's handshake takes milliseconds.
+void make_room(worker_context& ctx) {
+  if (ctx.handshakes.size() < ctx.rt->cfg->tls.max_handshakes) return;
+  auto* oldest = ctx.handshakes.front();
+  ctx.handshakes.pop_front();
+  oldest->listed = false;
+  auto& e = *oldest->watch;
+  e.arm_at(deadline::coarse_now);  // (the sweeper closes it, should it wait again)
+  e.expired = true;
+  error_code ec;
+  e.socket->cancel(ec);
+  static thread_local std::int64_t last = 0;
+  note(ctx.handshakes_refused, last, "ended for newer ones (tls.max_handshakes handshakes in progress)", ctx.id);
+}
+
 // The sessions of one connection, past its handshake: parked while idle between them.
 boost::asio::awaitable<void> serve(worker_context& ctx, tls::stream stream, bool resumed) {
   std::optional<tls::stream> idle;
@@ -72,8 +91,12 @@ boost::asio::awaitable<void> handshake(worker_context& ctx, tcp::socket socket, 
     // The handshake is bounded as a request head is: the sweeper closes it at its time.
     auto watch = ctx.deadlines.open(&stream.next_layer());
     watch->arm(ctx.rt->cfg->tls.handshake_timeout);
+    make_room(ctx);
+    worker_context::handshake me{&*watch};
+    const auto place = ctx.handshakes.insert(ctx.handshakes.end(), &me);
     auto [hec, n] = co_await stream.async_handshake(util::use_tuple);
     shaken = !hec && !watch->expired;
+    if (me.listed) ctx.handshakes.erase(place);
     if (!shaken) {
       static thread_local std::int64_t last = 0;
       if (spdlog::should_log(spdlog::level::debug)) {
@@ -84,7 +107,6 @@ boost::asio::awaitable<void> handshake(worker_context& ctx, tcp::socket socket, 
       note(ctx.handshakes_failed, last, "failed their handshake (or timed out)", ctx.id);
     }
   }
-  --ctx.handshakes;
   if (!shaken) {
     stream.next_layer().close(ec);
     if (ctx.connections) ctx.connections->open.fetch_sub(1, std::memory_order_relaxed);
@@ -97,16 +119,12 @@ boost::asio::awaitable<void> handshake(worker_context& ctx, tcp::socket socket, 
 
 void start_tls_session(worker_context& ctx, tcp::socket socket) {
   auto tls = ctx.rt->tls.listener;
-  if (!tls || ctx.handshakes >= ctx.rt->cfg->tls.max_handshakes) {
-    // A handshake flood must not take the worker from the connections it serves.
-    static thread_local std::int64_t last = 0;
-    note(ctx.handshakes_refused, last, "refused (tls.max_handshakes handshakes in progress)", ctx.id);
+  if (!tls) {
     error_code ec;
     socket.close(ec);
     if (ctx.connections) ctx.connections->open.fetch_sub(1, std::memory_order_relaxed);
     return;
   }
-  ++ctx.handshakes;
   auto executor = socket.get_executor();
   boost::asio::co_spawn(executor, handshake(ctx, std::move(socket), std::move(tls)),
                         obs::logged_end{"TLS session ended by exception"});

@@ -1,6 +1,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <list>
 #include <memory>
 
 #include "deadline/board.hpp"
@@ -51,9 +52,14 @@ struct worker_context {
   unsigned id = 0;
   std::size_t parked = 0;  // keep-alive connections parked now: a socket and a wait, no session
   std::size_t delayed = 0;  // requests waiting for their turn now (on_exceed: delay; http.max_delayed)
-  // TLS handshakes in progress (tls.max_handshakes), and the connections refused past it
-  // or failing theirs (the log lines' counts).
-  std::size_t handshakes = 0;
+  // TLS handshakes in progress, oldest first (at most tls.max_handshakes: past it the
+  // oldest is ended for the newest), and the connections ended so or failing their
+  // handshake (the log lines' counts).
+  struct handshake {
+    deadline::entry* watch;
+    bool listed = true;  // false once ended for a newer one (off the list)
+  };
+  std::list<handshake*> handshakes;
   std::uint64_t handshakes_refused = 0, handshakes_failed = 0;
 };
 

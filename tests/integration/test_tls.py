@@ -140,20 +140,19 @@ def test_the_handshake_is_bounded_in_time_and_in_number(gateway_factory, certs):
     g = start_tls(gateway_factory, [certs["a"]], more="  handshake_timeout: 1s\n  max_handshakes: 2\n", workers=1)
     served = tls_connect(g)
     echo(served)
-    # Two connections that never say hello hold the two handshakes; a third is closed at
-    # once (the one worker accepts them in order).
-    silent = [socket.create_connection(("127.0.0.1", g.tls_port), timeout=10) for _ in range(2)]
-    third = socket.create_connection(("127.0.0.1", g.tls_port), timeout=10)
-    assert is_closed(third, 5)
-    wait_for("the refusal logged", lambda: "refused (tls.max_handshakes" in g.log_text(), 10)
-    # The connection already served is not held up.
-    echo(served)
-    # The silent ones are closed at handshake_timeout; then handshakes are taken again.
-    for s in silent:
-        assert is_closed(s, 10)
+    # Two connections that never say hello hold the two handshakes; a third ends the
+    # oldest's (the one worker accepts them in order), and a real client a fourth's.
+    silent = [socket.create_connection(("127.0.0.1", g.tls_port), timeout=10) for _ in range(3)]
+    assert is_closed(silent[0], 5)
+    wait_for("the end logged", lambda: "ended for newer ones (tls.max_handshakes" in g.log_text(), 10)
     with tls_connect(g) as s:
         echo(s)
-    for s in [served, third, *silent]:
+    assert is_closed(silent[1], 5)
+    # The connection already served is not held up.
+    echo(served)
+    # The silent one left is closed at handshake_timeout.
+    assert is_closed(silent[2], 10)
+    for s in [served, *silent]:
         s.close()
 
 
@@ -323,7 +322,8 @@ def test_a_handshake_flood_leaves_established_clients_served(gateway_factory, ce
     # 3,000 connections that never finish a handshake (half of them send a ClientHello's
     # first bytes, half nothing), on one worker with the default max_handshakes (1024):
     # clients past their handshake are served throughout (each request within the
-    # client's 10 s timeout; the slowest is recorded).
+    # client's 10 s timeout; the slowest is recorded), and a new client gets its
+    # handshake while the flood holds on (the oldest handshakes are ended for newer ones).
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < 5000 and hard >= 5000:
         resource.setrlimit(resource.RLIMIT_NOFILE, (5000, hard))
@@ -355,7 +355,9 @@ def test_a_handshake_flood_leaves_established_clients_served(gateway_factory, ce
             echo(s)
             worst = max(worst, time.monotonic() - t0)
         record(f"TLS handshake flood: slowest request of an established client {worst:.3f} s")
-        wait_for("the refusals logged", lambda: "refused (tls.max_handshakes" in g.log_text(), 10)
+        wait_for("the ends logged", lambda: "ended for newer ones (tls.max_handshakes" in g.log_text(), 10)
+        with tls_connect(g) as s:
+            echo(s)
     finally:
         for c in flood:
             c.close()
