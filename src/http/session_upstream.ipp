@@ -229,9 +229,13 @@ typename session<Stream>::next_try session<Stream>::after_failure(const config::
     st.first = false;
     return {true, false, 0};
   }
-  // (a pooled connection the peer closed is no fault of the server's)
-  if (action.upstream && (!st.reused || at == stage::connect))
-    if (const auto why = health_failure(at, ec); why != upstream::failure_kind::none) choice_.failed(why, deadline::coarse_now);
+  // (a pooled connection the peer closed is no fault of the server's; a server that
+  // does not answer in time is at fault on any connection)
+  if (action.upstream)
+    if (const auto why = health_failure(at, ec);
+        why != upstream::failure_kind::none &&
+        (!st.reused || at == stage::connect || why == upstream::failure_kind::timeout))
+      choice_.failed(why, deadline::coarse_now);
   log_failure(up_cfg, at, ec, action.upstream);
   if (action.another_server && choice_.retry(deadline::coarse_now)) {
     st.first = true;

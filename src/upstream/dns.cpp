@@ -137,9 +137,13 @@ std::vector<config::upstream_config> expand(const std::vector<config::upstream_c
   for (const auto& u : upstreams) {
     auto& e = out.emplace_back(u);
     e.servers.clear();
+    std::size_t dropped = 0;
     auto add = [&](config::upstream_server s) {
-      if (e.servers.size() >= config::caps::servers || total >= config::caps::servers_total) return;
       if (std::any_of(e.servers.begin(), e.servers.end(), [&](auto& x) { return x.address == s.address; })) return;
+      if (e.servers.size() >= config::caps::servers || total >= config::caps::servers_total) {
+        ++dropped;
+        return;
+      }
       e.servers.push_back(std::move(s));
       ++total;
     };
@@ -153,6 +157,10 @@ std::vector<config::upstream_config> expand(const std::vector<config::upstream_c
       for (const auto& a : found->second)
         add({config::endpoint{a.to_string(), s.address.port}, s.weight, s.address.str()});
     }
+    if (dropped)
+      spdlog::warn("upstream {}: {} server address(es) left out: at most {} servers per upstream and {} in all "
+                   "(names resolve to more addresses than that)",
+                   u.name, dropped, config::caps::servers, config::caps::servers_total);
   }
   return out;
 }

@@ -208,7 +208,7 @@ def log_count(g, text):
     return g.log_text().count(text)
 
 
-ONE = {"connect failures": "connect failure", "failing statuses": "failing status"}
+ONE = {"connect failures": "connect failure", "failing statuses": "failing status", "timeouts": "timeout"}
 
 
 def ejected_line(address, ms, n, why="connect failures"):
@@ -438,6 +438,24 @@ def test_a_response_timeout_is_not_tried_on_another_server(gateway_factory, orig
     assert r.status == 504, (r.status, r.body)
     assert sorted(after[i] - before[i] for i in range(2)) == [0, 1], (before, after)
     assert wait_until(lambda: "no response in time" in g.log_text(), 10), g.log_text()[-3000:]
+
+
+def test_a_timeout_on_a_pooled_connection_counts_against_its_server(gateway_factory, origins):
+    """A pooled connection the server closed is no fault of the server's; a server that
+    does not answer in time is at fault on any connection: a hung server behind a warm
+    pool is ejected, not only once its pool has drained."""
+    servers = origins(2)
+    g = start(gateway_factory, upstream_section([o.address for o in servers], response_timeout="300ms",
+                                                eject="{ failures: 1, base_time: 30s, max_time: 30s }"), workers=1)
+    # One request each (round robin): both connections go back to the pool.
+    assert [one_get(g).status for _ in range(2)] == [200, 200]
+    assert [o.stats()["connections"] for o in servers] == [1, 1]
+    # The next goes to the first server, on its pooled connection (the origin sleeps
+    # 10 s: far past the 300 ms timeout on any machine).
+    assert g.request(get("/slow?ms=10000"), timeout=30).status == 504
+    assert [o.stats()["connections"] for o in servers] == [1, 1]
+    assert wait_until(lambda: ejected_line(servers[0].address, 30000, 1, "timeouts") in g.log_text(), 10), \
+        g.log_text()[-3000:]
 
 
 @pytest.fixture
