@@ -165,6 +165,7 @@ asio::awaitable<bool> session<Stream>::run() {
         auto [ec] = co_await limits->wait(limits_);
         st = limits->finish(limits_, ec);
       }
+      if (st == limit::status::ok && limits_.refusal) st = limit::status::refused;
       if (ad_.status) o = co_await send_local(ad_.status, ad_.keep_alive, ad_.body);
       else if (st != limit::status::ok) o = co_await refuse(st);
       else o = co_await forward_in_turn();
@@ -186,6 +187,7 @@ void session<Stream>::begin_request() {
   delayed_ms_ = 0;
   limits_.headers.clear();
   limits_.asked = false;
+  limits_.refusal = 0;
   if (peer_key_rt_ != rt_) peer_key_ = rt_->client_ip.key_of(peer_), peer_key_rt_ = rt_;
   admit(*rt_, parser_->get().base(), parser_->keep_alive(), {peer_, peer_str_, peer_key_}, ad_);
 }
@@ -313,7 +315,9 @@ limit::status session<Stream>::ask_limits(limit::decision_source& source) {
   limits_.asked_source = &source;
   limits_.refusal = limit::build_checks(limits_.checks, rt_->cfg->redis.key_prefix, route, parts,
                                         limit::cluster_keys(*rt_->cfg), &rt_->consumers);
-  if (limits_.refusal) return limit::status::refused;
+  // A refused request (no or an unknown consumer key, a bad cost) still counts against
+  // the route's other limits: over one of them it gets the 429, else its refusal.
+  if (limits_.refusal && limits_.checks.empty()) return limit::status::refused;
   return source.start(limits_);
 }
 

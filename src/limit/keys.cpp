@@ -228,21 +228,22 @@ unsigned build_checks(std::vector<check>& checks, std::string_view prefix, const
                       const request_parts& r, bool cluster, const consumer_maps* consumers) {
   std::size_t n = 0;
   std::string scratch;
+  unsigned refusal = 0;
   for (const auto& l : route.limits) {
     const config::limit_config* cfg = &l;
     if (l.choice.how != config::plan_choice::by::none) {
       const auto pick = pick_plan(l, r, consumers, scratch);
       if (pick.refuse) {
-        checks.resize(n);
-        return pick.refuse;
+        if (!refusal) refusal = pick.refuse;
+        continue;
       }
       if (pick.plan->unlimited) continue;
       cfg = pick.plan;
     }
     auto cost = request_cost(l, r);
     if (!cost) {
-      checks.resize(n);
-      return 400;
+      if (!refusal) refusal = 400;
+      continue;
     }
     // Nothing to take (an empty upload, a free call): no check; but a limit charged
     // after the response takes at least 1 up front, so that a client in debt is refused
@@ -257,7 +258,7 @@ unsigned build_checks(std::vector<check>& checks, std::string_view prefix, const
     ++n;
   }
   checks.resize(n);
-  return 0;
+  return refusal;
 }
 
 }  // namespace fg::limit

@@ -126,6 +126,25 @@ def test_a_consumer_file_chooses_the_plan_and_refuses_the_unknown(kind, request,
     assert g.request(get("/api", extra="X-Api-Key: key-stranger\r\n")).status == 200
 
 
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+def test_guessing_keys_counts_against_the_routes_other_limits(kind, request, gateway_factory, tmp_path):
+    """A request its plans refuse (401/403) is still counted by the route's other limits:
+    guessing API keys from one address meets that address' limit, then gets 429s."""
+    f = tmp_path / "consumers.txt"
+    consumers_file(f, [("key-gold", "gold")])
+    per_ip = """      - name: per-ip
+        algorithm: fixed_window
+        key: ip
+        limit: 4
+        window: 1h
+"""
+    g = store_gateway(kind, request, gateway_factory, routes=route(per_ip + by_consumers(f)))
+    got = [g.request(get("/api", extra=f"X-Api-Key: guess-{i}\r\n")).status for i in range(6)]
+    assert got == [403] * 4 + [429] * 2, got
+    # A known key from that address meets the same limit.
+    assert statuses(g, "key-gold", 1) == [429]
+
+
 def test_the_plan_is_visible_in_limits_the_access_log_and_the_metrics(gateway_factory, tmp_path):
     g = with_admin(lambda extra: gateway_factory(routes=route(BY_HEADER), extra=extra, access_log="file",
                                                  log_format="json"))
