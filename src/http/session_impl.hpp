@@ -87,8 +87,12 @@ constexpr auto read_token() {
 template <class Stream>
 void half_close(Stream& s, error_code& ec) {
   if constexpr (is_socket<Stream>) s.shutdown(tcp::socket::shutdown_send, ec);
-  else if constexpr (is_tls<Stream>) s.next_layer().shutdown(tcp::socket::shutdown_send, ec);
-  else s.close();
+  else if constexpr (is_tls<Stream>) {
+    s.send_close_notify();
+    s.next_layer().shutdown(tcp::socket::shutdown_send, ec);
+  } else {
+    s.close();
+  }
 }
 template <class Stream>
 void close_stream(Stream& s) {

@@ -74,6 +74,13 @@ error_code error_of(SSL* ssl, int ssl_error) {
   return error_code(static_cast<int>(e ? e : 1), category());
 }
 
+void channel::send_close_notify() {
+  if (!ssl_ || (SSL_get_shutdown(ssl_) & SSL_SENT_SHUTDOWN)) return;
+  ERR_clear_error();
+  (void)SSL_shutdown(ssl_);
+  ERR_clear_error();
+}
+
 channel::channel(SSL* ssl, tcp_socket& socket, bool server) : ssl_(ssl) {
   error_code ec;
   socket.native_non_blocking(true, ec);

@@ -67,6 +67,10 @@ class channel {
   void release_buffers() {
     if (ssl_) SSL_free_buffers(ssl_);
   }
+  // Sends close_notify, once, without waiting (a socket whose buffer is full sends none):
+  // the end of a response its closing delimits (an HTTP/1.0 client's) is then told from
+  // a truncation. Before the TCP half-close.
+  void send_close_notify();
 
   // Completes with (error_code, 0).
   template <class Token>

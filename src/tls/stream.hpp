@@ -24,6 +24,7 @@ class stream {
   // See channel::holds_input.
   bool holds_input() const { return ch_.holds_input(); }
   void release_buffers() { ch_.release_buffers(); }
+  void send_close_notify() { ch_.send_close_notify(); }
 
   // (only for a stream with an SSL object: see native_handle)
   template <class Token>

@@ -89,6 +89,25 @@ def echo(s, extra=""):
     return {k.lower(): v for k, v in json.loads(r.body)["headers"]}
 
 
+def test_a_body_its_close_delimits_ends_with_close_notify(gateway_factory, certs):
+    """An HTTP/1.0 client's response of unknown length ends with the connection: over TLS
+    with the gateway's close_notify, so that its end is told from a truncation (a client
+    that does not suppress ragged EOFs reads the whole body, then a clean end)."""
+    g = start_tls(gateway_factory, [certs["a"]])
+    raw = socket.create_connection(("127.0.0.1", g.tls_port), timeout=10)
+    with client_context().wrap_socket(raw, server_hostname="a.test", suppress_ragged_eofs=False) as s:
+        s.sendall(b"GET /chunked?n=20&size=1000 HTTP/1.0\r\nHost: a.test\r\n\r\n")
+        data = b""
+        while True:
+            chunk = s.recv(65536)  # (an end without close_notify raises SSLEOFError)
+            if not chunk:
+                break
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 200") and b"content-length" not in head.lower(), head
+    assert len(body) == 20_000
+
+
 def test_sni_chooses_the_certificate_exact_then_wildcard_then_the_default(gateway_factory, certs):
     g = start_tls(gateway_factory, [certs["a"], certs["b"], certs["c"]])
     for name, want in [("a.test", "a.test"), ("b.test", "b.test"), ("C.TEST", "c.test"), ("x.wild.test", "a.test"),
