@@ -105,7 +105,6 @@ asio::awaitable<void> check_loop(health_checker::state* st, std::shared_ptr<cons
   const auto& u = set->all()[ui];
   const auto& s = u.servers[i];
   asio::steady_timer timer(co_await asio::this_coro::executor);
-  unsigned passes = 0, fails = 0;
   for (auto wait = first_wait;; wait = u.health.interval) {
     timer.expires_after(wait);
     co_await timer.async_wait(use_tuple);
@@ -115,27 +114,27 @@ asio::awaitable<void> check_loop(health_checker::state* st, std::shared_ptr<cons
     const auto r = co_await check_once(u, s);
     --st->in_flight;
     if (st->stopping || st->generation != generation) co_return;
-    record_check(u, s, r, passes, fails);
+    record_check(u, s, r);
   }
 }
 
 }  // namespace
 
-bool record_check(const upstream_servers& u, const server& s, check_result r, unsigned& passes, unsigned& fails) {
+bool record_check(const upstream_servers& u, const server& s, check_result r) {
   auto& h = *s.health;
   h.checks.fetch_add(1, std::memory_order_relaxed);
   const bool failing = h.check_failing.load(std::memory_order_relaxed);
   if (r.why == failure_kind::none) {
-    fails = 0;
-    ++passes;
+    h.check_fails_in_row.store(0, std::memory_order_relaxed);
+    const unsigned passes = h.check_passes_in_row.fetch_add(1, std::memory_order_relaxed) + 1;
     if (!failing || passes < u.health.rise) return false;
     h.check_failing.store(false, std::memory_order_relaxed);
     spdlog::info("upstream {}: server {} passed {} health check(s) in a row: back in service", u.name, s.address,
                  passes);
     return true;
   }
-  passes = 0;
-  ++fails;
+  h.check_passes_in_row.store(0, std::memory_order_relaxed);
+  const unsigned fails = h.check_fails_in_row.fetch_add(1, std::memory_order_relaxed) + 1;
   h.check_failures.fetch_add(1, std::memory_order_relaxed);
   h.check_last.store(r.why, std::memory_order_relaxed);
   h.check_status.store(r.status, std::memory_order_relaxed);
@@ -165,7 +164,16 @@ void health_checker::update(std::shared_ptr<const server_set> set) {
     const auto generation = ++st->generation;
     for (std::size_t ui = 0; ui < set->all().size(); ++ui) {
       const auto& u = set->all()[ui];
-      if (!u.health.enabled) continue;
+      if (!u.health.enabled) {
+        // Checks turned off: in service again (the set was made so, but a check of the
+        // old generation may have ended since, on this thread, and written its result).
+        for (const auto& s : u.servers) {
+          s.health->check_failing.store(false, std::memory_order_relaxed);
+          s.health->check_passes_in_row.store(0, std::memory_order_relaxed);
+          s.health->check_fails_in_row.store(0, std::memory_order_relaxed);
+        }
+        continue;
+      }
       const auto n = u.servers.size();
       for (std::size_t i = 0; i < n; ++i) {
         // Spread over the interval, so that the servers are not checked all at once.

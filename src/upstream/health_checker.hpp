@@ -45,8 +45,9 @@ struct check_result {
 // Whether `status` passes: one of h.statuses, or 2xx and 3xx when it lists none.
 bool check_passes(const config::health_check_config& h, unsigned status);
 
-// Counts one check's result against the server's health (`passes` and `fails` are the
-// checker's running counts for it); true when the server left or came back.
-bool record_check(const upstream_servers& u, const server& s, check_result r, unsigned& passes, unsigned& fails);
+// Counts one check's result against the server's health (its checks passed and failed
+// in a row are kept there, through the reloads that keep the server); true when the
+// server left or came back.
+bool record_check(const upstream_servers& u, const server& s, check_result r);
 
 }  // namespace fg::upstream

@@ -42,6 +42,9 @@ struct server_health {
   // Active health (upstreams.<name>.health): out of service after `fall` failed checks
   // in a row, until `rise` passes in a row; what the last failed check found.
   std::atomic<bool> check_failing{false};
+  // Checks passed and failed in a row: the server's, kept through reloads and address
+  // changes that keep it (written by the checker's thread only).
+  std::atomic<unsigned> check_passes_in_row{0}, check_fails_in_row{0};
   std::atomic<std::uint64_t> checks{0}, check_failures{0};
   std::atomic<failure_kind> check_last{failure_kind::none};
   std::atomic<unsigned> check_status{0};

@@ -291,29 +291,45 @@ TEST_CASE("servers: fall failed checks in a row take a server out, rise passes b
   fg::config::health_check_config plain;
   CHECK(fg::upstream::check_passes(plain, 301));
   CHECK_FALSE(fg::upstream::check_passes(plain, 404));
-  unsigned passes = 0, fails = 0;
   const auto& s = u.servers[0];
   const check_result bad{failure_kind::status, 503}, good{failure_kind::none, 200};
-  CHECK_FALSE(fg::upstream::record_check(u, s, bad, passes, fails));
-  CHECK_FALSE(fg::upstream::record_check(u, s, good, passes, fails));  // not in a row
-  CHECK_FALSE(fg::upstream::record_check(u, s, bad, passes, fails));
-  CHECK_FALSE(fg::upstream::record_check(u, s, bad, passes, fails));
-  CHECK(fg::upstream::record_check(u, s, bad, passes, fails));  // the third in a row
+  CHECK_FALSE(fg::upstream::record_check(u, s, bad));
+  CHECK_FALSE(fg::upstream::record_check(u, s, good));  // not in a row
+  CHECK_FALSE(fg::upstream::record_check(u, s, bad));
+  CHECK_FALSE(fg::upstream::record_check(u, s, bad));
+  CHECK(fg::upstream::record_check(u, s, bad));  // the third in a row
   CHECK(s.health->check_failing.load());
   CHECK(s.health->check_status.load() == 503);
   // Out of service: the other server takes every pick.
   fg::upstream::pick_state st;
   for (int i = 0; i < 6; ++i) CHECK(r.pick(st) == 1);
-  CHECK_FALSE(fg::upstream::record_check(u, s, good, passes, fails));
-  CHECK(fg::upstream::record_check(u, s, good, passes, fails));
+  CHECK_FALSE(fg::upstream::record_check(u, s, good));
+  CHECK(fg::upstream::record_check(u, s, good));
   CHECK_FALSE(s.health->check_failing.load());
   CHECK(s.health->checks.load() == 7);
   CHECK(s.health->check_failures.load() == 4);
   // A reload that turns the checks off puts a failing server back in service.
-  fg::upstream::record_check(u, s, bad, passes, fails);
-  fg::upstream::record_check(u, s, bad, passes, fails);
-  fg::upstream::record_check(u, s, bad, passes, fails);
+  fg::upstream::record_check(u, s, bad);
+  fg::upstream::record_check(u, s, bad);
+  fg::upstream::record_check(u, s, bad);
   REQUIRE(s.health->check_failing.load());
   rig off(servers_yaml({{9001, 1}, {9002, 1}}), r.set.get());
   CHECK_FALSE(off.api().servers[0].health->check_failing.load());
+}
+
+TEST_CASE("servers: checks in a row are the server's, kept through a reload that keeps it", "[upstream][health]") {
+  using fg::upstream::check_result;
+  using fg::upstream::failure_kind;
+  const auto health = "    health: {path: /healthz, rise: 2, fall: 2}\n";
+  rig r(servers_yaml({{9001, 1}, {9002, 1}}) + health);
+  const check_result bad{failure_kind::status, 503}, good{failure_kind::none, 200};
+  CHECK_FALSE(fg::upstream::record_check(r.api(), r.api().servers[0], bad));
+  // A reload (or a name's new addresses) in between: the count goes on, not from 0.
+  rig again(servers_yaml({{9001, 1}, {9002, 1}, {9003, 1}}) + health, r.set.get());
+  CHECK(fg::upstream::record_check(again.api(), again.api().servers[0], bad));  // the second in a row
+  CHECK(again.api().servers[0].health->check_failing.load());
+  CHECK_FALSE(fg::upstream::record_check(again.api(), again.api().servers[0], good));
+  rig third(servers_yaml({{9001, 1}, {9002, 1}}) + health, again.set.get());
+  CHECK(fg::upstream::record_check(third.api(), third.api().servers[0], good));  // the second pass in a row
+  CHECK_FALSE(third.api().servers[0].health->check_failing.load());
 }
