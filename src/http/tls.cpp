@@ -1,11 +1,18 @@
 #include "http/tls.hpp"
 
 #include <boost/asio/ssl/context.hpp>
+#include <openssl/core_names.h>
 #include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
 #include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <mutex>
 
 #include "tls/channel.hpp"
 #include "tls/client_context.hpp"
@@ -22,6 +29,77 @@ struct tls_server::entry {
 };
 
 namespace {
+
+// Session tickets' keys, the process's own (not a context's): tickets outlive a reload,
+// which builds new contexts. A new key every `rotation`; tickets of the key before are
+// still taken (and renewed under the new one), older ones are not: a ticket, and so a
+// session's secrets, is readable for at most two rotations.
+class ticket_keys {
+ public:
+  static constexpr std::chrono::hours rotation{1};
+
+  struct key {
+    std::array<unsigned char, 16> name;
+    std::array<unsigned char, 32> aes, hmac;
+  };
+
+  static ticket_keys& instance() {
+    static ticket_keys k;
+    return k;
+  }
+
+  // The key to encrypt with now; false if none could be made.
+  bool current(key& out) {
+    std::lock_guard l(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    if (!made_ || now - made_at_ >= rotation) {
+      key fresh;
+      if (RAND_bytes(fresh.name.data(), fresh.name.size()) != 1 || RAND_bytes(fresh.aes.data(), fresh.aes.size()) != 1 ||
+          RAND_bytes(fresh.hmac.data(), fresh.hmac.size()) != 1)
+        return made_ && (out = keys_[0], true);
+      keys_[1] = keys_[0];
+      has_previous_ = made_;
+      keys_[0] = fresh;
+      made_ = true;
+      made_at_ = now;
+    }
+    out = keys_[0];
+    return true;
+  }
+  // The key named `name`: 1 the current one, 2 the one before (renew the ticket), 0 none.
+  int find(const unsigned char* name, key& out) {
+    std::lock_guard l(mu_);
+    if (made_ && std::memcmp(name, keys_[0].name.data(), 16) == 0) return out = keys_[0], 1;
+    if (has_previous_ && std::memcmp(name, keys_[1].name.data(), 16) == 0) return out = keys_[1], 2;
+    return 0;
+  }
+
+ private:
+  std::mutex mu_;
+  key keys_[2];
+  bool made_ = false, has_previous_ = false;
+  std::chrono::steady_clock::time_point made_at_;
+};
+
+// OpenSSL's ticket callback (SSL_CTX_set_tlsext_ticket_key_evp_cb), with ticket_keys.
+int ticket_key_cb(SSL*, unsigned char* name, unsigned char* iv, EVP_CIPHER_CTX* cctx, EVP_MAC_CTX* hctx, int enc) {
+  ticket_keys::key k;
+  int found = 1;
+  if (enc) {
+    if (!ticket_keys::instance().current(k) || RAND_bytes(iv, EVP_MAX_IV_LENGTH) != 1) return -1;
+    std::memcpy(name, k.name.data(), 16);
+  } else if (!(found = ticket_keys::instance().find(name, k))) {
+    return 0;  // not ours, or too old: a full handshake
+  }
+  char digest[] = "SHA256";
+  OSSL_PARAM params[] = {OSSL_PARAM_construct_octet_string(OSSL_MAC_PARAM_KEY, k.hmac.data(), k.hmac.size()),
+                         OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0), OSSL_PARAM_construct_end()};
+  if (EVP_MAC_CTX_set_params(hctx, params) != 1) return -1;
+  const int ok = enc ? EVP_EncryptInit_ex(cctx, EVP_aes_256_cbc(), nullptr, k.aes.data(), iv)
+                     : EVP_DecryptInit_ex(cctx, EVP_aes_256_cbc(), nullptr, k.aes.data(), iv);
+  if (ok != 1) return -1;
+  return found;
+}
 
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
@@ -128,6 +206,7 @@ std::shared_ptr<const tls_server> tls_server::build(const config::tls_config& cf
     // TLS 1.3: one ticket per full handshake (OpenSSL's default of two costs a second
     // ticket's encryption and session copy on every new connection; a client resumes with one).
     SSL_CTX_set_num_tickets(ctx, 1);
+    SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx, ticket_key_cb);
     SSL_CTX_set_alpn_select_cb(ctx, select_alpn, nullptr);
     if (!cfg.client_ca.empty()) {
       // Client certificates (mTLS): asked for with the CA's names, verified against it.

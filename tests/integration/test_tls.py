@@ -143,15 +143,22 @@ def test_tls_versions_alpn_keep_alive_and_forwarded_proto(gateway_factory, certs
 
 
 def test_sessions_resume(gateway_factory, certs):
-    g = start_tls(gateway_factory, [certs["a"], certs["b"]])
+    g = start_tls(gateway_factory, [certs["a"], certs["b"]], admin=True)
+    sessions = {}
     for version in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):
         ctx = client_context(version=version)
         with tls_connect(g, ctx=ctx) as s:
             echo(s)  # (a TLS 1.3 ticket comes after the handshake: read something first)
-            session = s.session
+            sessions[version] = (ctx, s.session)
             assert not s.session_reused
-        with tls_connect(g, ctx=ctx, session=session) as s:
+        with tls_connect(g, ctx=ctx, session=sessions[version][1]) as s:
             assert s.session_reused, version
+            echo(s)
+    # Tickets are the process's, not a configuration's: they outlive a reload.
+    assert post_reload(g).status == 200
+    for version, (ctx, session) in sessions.items():
+        with tls_connect(g, ctx=ctx, session=session) as s:
+            assert s.session_reused, ("after a reload", version)
             echo(s)
 
 
