@@ -2,6 +2,10 @@
 
 #include "upstream/pool.hpp"
 
+#include <spdlog/spdlog.h>
+
+#include "obs/logging.hpp"
+
 namespace fg::upstream {
 
 void choice::begin(pool& p, const config::upstream_config& cfg, const upstream_servers& servers,
@@ -60,7 +64,15 @@ void choice::answered(unsigned status, steady::time_point now) {
 
 bool choice::retry(steady::time_point now) {
   if (retries_left_ == 0 || tried_count_ >= tried_.size() || servers_->servers.size() < 2) return false;
-  if (!retrying_ && !retry_allowed(*servers_)) return false;
+  if (!retrying_ && !retry_allowed(*servers_)) {
+    // (logged at most every 5 s, with the count since, for all upstreams of the process)
+    static obs::periodic_count refused;
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
+    if (const auto n = refused.add(ms))
+      spdlog::warn("upstream {}: {} retr{} refused by retry_budget (retries in flight past its share of the requests in flight) so far",
+                   cfg_->name, n, n == 1 ? "y" : "ies");
+    return false;
+  }
   tried_[tried_count_++] = server_;
   auto next = pool_->pick(*cfg_, *servers_, {cfg_->balance, key_hash_, {tried_.data(), tried_count_}, now});
   if (!next) return false;

@@ -425,6 +425,8 @@ def test_a_connect_failure_goes_to_another_server_unless_retries_is_0(gateway_fa
     assert live.requests() == 10 - want_502
     assert wait_until(lambda: log_count(g, connect_failed(dead_address)) == 5, 10), g.log_text()[-3000:]
     assert "ejected" not in g.log_text()
+    # A retry the budget refused is said (no more than a line every 5 s).
+    assert ("refused by retry_budget" in g.log_text()) == ("retry_budget" in opts), g.log_text()[-3000:]
 
 
 def test_a_response_timeout_is_not_tried_on_another_server(gateway_factory, origins):
