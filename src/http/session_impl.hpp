@@ -221,6 +221,7 @@ class session {
   head_scanner scanner_;
   lazy_optional<request_parser> parser_;
   lazy_optional<response_parser> rp_;
+  bool early_answer_ = false;  // the upstream answered before the request's whole body
   upstream::choice choice_;  // this request's server (forward() ends its hold)
   std::unique_ptr<char[]> body_buf_;
   std::string head_out_;

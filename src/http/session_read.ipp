@@ -188,6 +188,7 @@ void session<Stream>::begin_request() {
   limits_.headers.clear();
   limits_.asked = false;
   limits_.refusal = 0;
+  early_answer_ = false;
   if (peer_key_rt_ != rt_) peer_key_ = rt_->client_ip.key_of(peer_), peer_key_rt_ = rt_;
   admit(*rt_, parser_->get().base(), parser_->keep_alive(), {peer_, peer_str_, peer_key_}, ad_);
 }

@@ -311,6 +311,14 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
       ec = co_await send_rest_of_body(*up, up_cfg);
       if (ec && ec.category() == body_category()) at = stage::request_body;
     }
+    // A server that answers before the whole body (a 413, a 401) and closes makes the
+    // body's write fail: its answer, if it came, is the response (as nginx relays it),
+    // not a 502 and a failure counted against it. The client's connection then closes
+    // (the rest of its body is not read), and the upstream's is not pooled.
+    const auto send_ec = ec;
+    early_answer_ = up && at == stage::send && ad_.has_body() &&
+                    (ec == asio::error::broken_pipe || ec == asio::error::connection_reset);
+    if (early_answer_) ec = {};
     // The response head; 1xx other than 101 are read past.
     for (bool more = !ec; more;) {
       at = stage::response_head;
@@ -321,6 +329,10 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
       st.try_expired = ec == beast::error::timeout && left < up_cfg.response_timeout;
       const auto code = rp_->get().result_int();
       more = !ec && code >= 100 && code < 200 && code != 101;
+    }
+    if (ec && early_answer_) {
+      ec = send_ec;  // no answer came: the write's failure is the try's
+      at = stage::send;
     }
     if (!ec) break;
     watch_->upstream = nullptr;
@@ -344,7 +356,7 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
   auto o = co_await relay_response(*up, up_cfg, reusable);
   watch_->upstream = nullptr;
   // An upgrade the upstream declined may leave it expecting another protocol: not reused.
-  if (reusable && !upgrade) ctx_.pool->release(up_cfg.name, std::move(up));
+  if (reusable && !upgrade && !early_answer_) ctx_.pool->release(up_cfg.name, std::move(up));
   co_return o;
 }
 
@@ -414,7 +426,8 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::relay_respon
   const auto& req = parser_->get();
   auto& res = rp_->get();
   const unsigned status = res.result_int();
-  auto plan = plan_response(req.base(), parser_->keep_alive(), *rp_, ctx_.draining);
+  // (a request whose body was not all read, the server having answered early: closed after)
+  auto plan = plan_response(req.base(), parser_->keep_alive() && !early_answer_, *rp_, ctx_.draining);
   // An upstream's chunked framing is followed as it arrives too: malformed, it is a
   // 502 (or a cut connection) at once, not a wait for the response timeout.
   chunk_vetter* vet = plan.body_expected && rp_->chunked() ? &vetter_ : nullptr;

@@ -460,6 +460,27 @@ def test_a_timeout_on_a_pooled_connection_counts_against_its_server(gateway_fact
         g.log_text()[-3000:]
 
 
+def test_an_answer_before_the_whole_body_is_relayed_not_a_502(gateway_factory, origins):
+    """A server that answers early (a 413) and closes while the body streams: its answer
+    reaches the client (then the connection closes), and it is not a failure of the
+    server's."""
+    servers = origins(2)
+    g = start(gateway_factory, upstream_section([o.address for o in servers], eject="{ failures: 1 }"), workers=1)
+    body = b"x" * 8_000_000
+    for _ in range(2):  # (one per server)
+        with g.connect() as s:
+            s.sendall(f"POST /early-413 HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode())
+            try:
+                s.sendall(body)
+            except OSError:
+                pass  # (the gateway may close before it has read it all)
+            r = read_response(s)
+            assert r.status == 413 and r.body == b"too large, said early", (r.status, r.body)
+            assert r.header("connection") == "close"
+    assert "ejected" not in g.log_text()
+    assert all(o.requests() == 0 for o in servers)  # (neither read a whole request)
+
+
 @pytest.fixture
 def silent_address():
     """An address that takes connections and requests and never answers: a listening

@@ -13,6 +13,7 @@ Endpoints (any method):
   /close-truncated  the same, but over TLS without a close_notify (cut short)
   /ws               WebSocket handshake, then echoes every frame back
   /status?code=N    answers status N
+  /early-413        answers 413 at once, before the body, and closes with it unread
   /cost?n=N&ms=M    answers 200 with X-Cost: N (after M ms, 0 by default)
   /close-after?ms=N answers, then closes the idle connection after N ms
   /upgrade-any      with an Upgrade header: 101 with that Upgrade value (as Tomcat does
@@ -185,6 +186,10 @@ def handle(conn):
             if headers.get("connection", "").lower() == "close":
                 return
             continue
+        if path == "/early-413":
+            # answers before reading the body, and closes with it unread (a reset)
+            respond(conn.sock, 413, b"too large, said early")
+            return
         length, total = 0, 0
         for piece in conn.body_pieces(headers):
             if path == "/upload":
