@@ -1151,17 +1151,24 @@ TEST_CASE("script_call reads runs: a constant step per request, the limit from t
   CHECK_FALSE(call.read(nullptr));
 }
 
-TEST_CASE("a charge adds past the limit to a live key, begins a gone one afresh, and takes at most the quota", "[limit]") {
-  using fg::limit::charge;
-  using fg::limit::evaluate;
+// Each algorithm that takes any cost (config::takes_any_cost), 5 per minute (or a burst
+// of 5 at 5/min): f(limit, a fresh key, now).
+template <class F>
+void each_costed_limit(F f) {
   for (auto algo : {cfg::algorithm::fixed_window, cfg::algorithm::sliding_window, cfg::algorithm::token_bucket,
                     cfg::algorithm::gcra}) {
     INFO(static_cast<int>(algo));
     const bool by_rate = algo == cfg::algorithm::token_bucket || algo == cfg::algorithm::gcra;
-    // 5 per minute (or burst 5 at 5/min)
     auto l = by_rate ? rated(algo, 5, 60'000, 5) : windowed(algo, 5, 60'000);
     fg::limit::key_state s;
-    std::int64_t now = 1'000'000;
+    f(l, s, std::int64_t{1'000'000});
+  }
+}
+
+TEST_CASE("a charge adds past the limit to a live key, begins a gone one afresh, and takes at most the quota", "[limit]") {
+  using fg::limit::charge;
+  using fg::limit::evaluate;
+  each_costed_limit([](const cfg::limit_config& l, fg::limit::key_state& s, std::int64_t now) {
     CHECK(evaluate(l, s, now, 1, true).remaining == 4);
     charge(l, s, now, 2);
     CHECK(evaluate(l, s, now, 1, true).remaining == 1);
@@ -1181,19 +1188,13 @@ TEST_CASE("a charge adds past the limit to a live key, begins a gone one afresh,
     CHECK_FALSE(w.allowed);
     CHECK(w.retry_ms <= 60'000 + 12'000);
     CHECK(w.remaining == 0);
-  }
+  });
 }
 
 TEST_CASE("a grant gives back what a live key used, never more, and leaves a gone one alone", "[limit]") {
   using fg::limit::evaluate;
   using fg::limit::give;
-  for (auto algo : {cfg::algorithm::fixed_window, cfg::algorithm::sliding_window, cfg::algorithm::token_bucket,
-                    cfg::algorithm::gcra}) {
-    INFO(static_cast<int>(algo));
-    const bool by_rate = algo == cfg::algorithm::token_bucket || algo == cfg::algorithm::gcra;
-    auto l = by_rate ? rated(algo, 5, 60'000, 5) : windowed(algo, 5, 60'000);
-    fg::limit::key_state s;
-    std::int64_t now = 1'000'000;
+  each_costed_limit([](const cfg::limit_config& l, fg::limit::key_state& s, std::int64_t now) {
     for (int i = 0; i < 5; ++i) REQUIRE(evaluate(l, s, now, 1, true).allowed);
     REQUIRE_FALSE(evaluate(l, s, now, 1, false).allowed);
     give(l, s, now, 2);
@@ -1207,5 +1208,5 @@ TEST_CASE("a grant gives back what a live key used, never more, and leaves a gon
     fg::limit::key_state gone;
     give(l, gone, now, 3);
     CHECK(gone.expires_at == 0);
-  }
+  });
 }
