@@ -153,6 +153,7 @@ health_checker::health_checker() : st_(std::make_unique<state>()) {}
 health_checker::~health_checker() { stop(); }
 
 void health_checker::update(std::shared_ptr<const server_set> set) {
+  std::lock_guard lock(mu_);
   const auto all = set->all();
   const bool any = std::any_of(all.begin(), all.end(), [](const auto& u) { return u.health.enabled; });
   if (!thread_.joinable()) {
@@ -185,6 +186,7 @@ void health_checker::update(std::shared_ptr<const server_set> set) {
 }
 
 void health_checker::stop() {
+  std::lock_guard lock(mu_);
   if (!thread_.joinable()) return;
   asio::post(st_->ioc, [st = st_.get()] {
     st->stopping = true;

@@ -1,6 +1,7 @@
 #pragma once
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 #include "upstream/servers.hpp"
@@ -24,7 +25,7 @@ class health_checker {
 
   // The servers to check, on start and after each reload (their health objects are the
   // workers'; a reload that keeps a server keeps its state). The thread starts with the
-  // first set that has a check.
+  // first set that has a check. Thread-safe (the start and a reload may race).
   void update(std::shared_ptr<const server_set> set);
   // Ends every check under way; the thread joins.
   void stop();
@@ -32,6 +33,7 @@ class health_checker {
   struct state;  // (health_checker.cpp)
 
  private:
+  std::mutex mu_;  // update() and stop(): the thread is started and joined once
   std::unique_ptr<state> st_;
   std::thread thread_;
 };
