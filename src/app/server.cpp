@@ -249,12 +249,8 @@ int server::run() {
   started_at_ = std::chrono::steady_clock::now();
   start_reload_thread();
   start_workers(listener.native_handle(), tls_listener ? tls_listener->native_handle() : -1);
-  {
-    // (the reload thread, or a name's new addresses, may publish meanwhile: the set in
-    // effect is read under the same lock, after which they update the checker themselves)
-    std::lock_guard serial(reload_mu_);
-    checker_.update(current()->servers);
-  }
+  // (under the reload lock: a publish meanwhile, a reload's or a name's, updates it itself)
+  with_reload_lock([&] { checker_.update(current()->servers); });
   if (admin_listener) {
     // /limits reads the store on the admin's own thread and connection.
     admin_listener->set_inspector(

@@ -87,6 +87,11 @@ class server final : public admin::status_source {
   const std::string path_;
   mutable std::mutex mu_;  // rt_ and access_ (read by the admin thread); one reload at a time
   std::mutex reload_mu_;
+  template <class F>
+  void with_reload_lock(F f) {
+    std::lock_guard serial(reload_mu_);
+    f();
+  }
   std::shared_ptr<const http::compiled_config> rt_;
   std::shared_ptr<obs::access_log> access_;
   std::string last_text_hash_;  // of the text last loaded or tried (reload_mu_)

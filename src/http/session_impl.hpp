@@ -193,7 +193,10 @@ class session {
     bool idle_ok = false;  // the next try may take a pooled connection
     unsigned status = 0;
   };
-  next_try after_failure(const config::upstream_config& up_cfg, stage at, error_code ec, exchange_state& st);
+  // A try failed at `at`: the connection `up` dropped, the failure counted and logged,
+  // what next (on the last try, what the body read so far costs is charged).
+  next_try after_failure(const config::upstream_config& up_cfg, stage at, error_code ec, exchange_state& st,
+                         upstream::connection_ptr& up);
   asio::awaitable<error_code> send_rest_of_body(upstream::connection& up, const config::upstream_config& cfg);
   // A fresh parser for the response head (1xx other than 101 are read past).
   void prepare_response_parser();

@@ -223,7 +223,10 @@ struct forget_upstream {
 // was its fault, and logged.
 template <class Stream>
 typename session<Stream>::next_try session<Stream>::after_failure(const config::upstream_config& up_cfg, stage at,
-                                                                  error_code ec, exchange_state& st) {
+                                                                  error_code ec, exchange_state& st,
+                                                                  upstream::connection_ptr& up) {
+  watch_->upstream = nullptr;
+  up.reset();
   const auto action = on_failure(at, ec, st);
   if (action.retry) {
     st.first = false;
@@ -241,6 +244,7 @@ typename session<Stream>::next_try session<Stream>::after_failure(const config::
     st.first = true;
     return {true, true, 0};
   }
+  charge_after(nullptr);  // (what of the body was read still counts)
   return {false, false, action.status};
 }
 
@@ -298,8 +302,7 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
     if (idle_ok) up = ctx_.pool->take_idle(up_cfg, *watch_, choice_.server());
     if (!up) up = co_await ctx_.pool->connect(up_cfg, *watch_, ec, choice_.server(), servers.tls.get());
     if (up) {
-      // Head and first body piece in one write.
-      at = stage::send;
+      at = stage::send;  // (head and first body piece in one write)
       st.reused = up->reused;
       const bool chunked = ad_.framing.type == body_framing::kind::chunked;
       auto bufs = writes_.assign(head_out_, body_buf_.get(), piece, chunked, chunked && parser_->is_done());
@@ -311,14 +314,9 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
       ec = co_await send_rest_of_body(*up, up_cfg);
       if (ec && ec.category() == body_category()) at = stage::request_body;
     }
-    // A server that answers before the whole body (a 413, a 401) and closes makes the
-    // body's write fail: its answer, if it came, is the response (as nginx relays it),
-    // not a 502 and a failure counted against it. The client's connection then closes
-    // (the rest of its body is not read), and the upstream's is not pooled.
+    // (an early answer's client connection then closes, and the upstream's is not pooled)
     const auto send_ec = ec;
-    early_answer_ = up && at == stage::send && ad_.has_body() &&
-                    (ec == asio::error::broken_pipe || ec == asio::error::connection_reset);
-    if (early_answer_) ec = {};
+    if ((early_answer_ = up && may_have_answered(at, ad_.has_body(), ec))) ec = {};
     // The response head; 1xx other than 101 are read past.
     for (bool more = !ec; more;) {
       at = stage::response_head;
@@ -330,19 +328,11 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
       const auto code = rp_->get().result_int();
       more = !ec && code >= 100 && code < 200 && code != 101;
     }
-    if (ec && early_answer_) {
-      ec = send_ec;  // no answer came: the write's failure is the try's
-      at = stage::send;
-    }
+    if (ec && early_answer_) ec = send_ec, at = stage::send;  // no answer came: the write's failure is the try's
     if (!ec) break;
-    watch_->upstream = nullptr;
-    up.reset();
-    const auto next = after_failure(up_cfg, at, ec, st);
+    const auto next = after_failure(up_cfg, at, ec, st, up);
     idle_ok = next.idle_ok;
-    if (!next.again) {
-      charge_after(nullptr);  // (what of the body was read still counts)
-      co_return co_await send_local(next.status, false);
-    }
+    if (!next.again) co_return co_await send_local(next.status, false);
   }
   head_arrived(route, t0);
   // Only a WebSocket upgrade we asked for becomes a tunnel: anything else would carry

@@ -73,6 +73,11 @@ upstream::failure_kind health_failure(stage at, boost::system::error_code ec) {
   return upstream::failure_kind::none;
 }
 
+bool may_have_answered(stage at, bool has_body, boost::system::error_code ec) {
+  return at == stage::send && has_body &&
+         (ec == boost::asio::error::broken_pipe || ec == boost::asio::error::connection_reset);
+}
+
 const char* describe(stage at, boost::system::error_code ec) {
   switch (at) {
     case stage::connect: return "connect failed";

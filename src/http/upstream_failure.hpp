@@ -45,6 +45,12 @@ failure_action on_failure(stage at, boost::system::error_code ec, const exchange
 // oversized answer, which a client's request can provoke from a healthy server.
 upstream::failure_kind health_failure(stage at, boost::system::error_code ec);
 
+// Whether a try whose request body's write failed with `ec` at `at` may have its answer
+// waiting: a server that answers before the whole body (a 413, a 401) and closes makes
+// the write fail, and its answer, if it came, is the response (as nginx relays it), not
+// a 502 and a failure counted against it.
+bool may_have_answered(stage at, bool has_body, boost::system::error_code ec);
+
 // Words for a log line: "connect failed", "no response", ...
 const char* describe(stage at, boost::system::error_code ec);
 

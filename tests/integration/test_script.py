@@ -329,7 +329,9 @@ def test_a_charge_adds_its_cost_past_the_limit(redis_server, algo):
     denied = call(redis_server, [("n", [(key, 1)])], [spec])[0][0]
     assert denied[0] == 0 and denied[3] > 0, denied
     assert int(redis_server.cli("pttl", key)) > 0
-    # A charge to a key that is gone (its window over) does nothing: no key without a TTL.
+    # A charge to a key that is gone (its window over, a bucket full again) begins it
+    # afresh and charges it: a key with a TTL, 5 - 3 left.
     gone = f"fgtest:{{r:l:gone-{algo}}}"
     charge(redis_server, gone, (*SPECS[algo][:4], 3, 0))
-    assert redis_server.cli("exists", gone) == "0"
+    assert int(redis_server.cli("pttl", gone)) > 0
+    assert call(redis_server, [("n", [(gone, 1)])], [spec])[0][0][:2] == (1, 1)
