@@ -52,15 +52,19 @@ ALGOS[SW] = function(now, ceil, floor, whole, read_state)
       if not st.b and cost >= 0 then return end
       local window = spec[3]
       if not st.b then st.b, st.c, st.p, st.o = 0, 0, 0, mfloor(now) end
-      -- Into the bucket of now (as take counts), the stored one moved on if it is past.
-      local t = mmax(mfloor(now) - st.o, st.b * window)
-      local idx = mfloor(t / window)
-      if idx == st.b + 1 then
-        st.p, st.c = st.c, 0
-      elseif idx > st.b + 1 then
-        st.p, st.c = 0, 0
+      -- A charge goes into the bucket of now (as take counts), the stored one moved on if
+      -- it is past; a refund (or a grant) into the stored one, where what it gives back was
+      -- counted.
+      if cost < 0 then
+        local t = mmax(mfloor(now) - st.o, st.b * window)
+        local idx = mfloor(t / window)
+        if idx == st.b + 1 then
+          st.p, st.c = st.c, 0
+        elseif idx > st.b + 1 then
+          st.p, st.c = 0, 0
+        end
+        st.b = idx
       end
-      st.b = idx
       st.c, st.dirty = mmax(0, st.c - cost), true
     end,
     save = function(key, st, spec)

@@ -308,7 +308,12 @@ limit::request_parts session<Stream>::key_parts() const {
 template <class Stream>
 limit::status session<Stream>::ask_limits(limit::decision_source& source) {
   const auto& route = rt_->cfg->routes[static_cast<std::size_t>(ad_.route)];
-  if (route.limits.empty()) return limit::status::ok;
+  if (route.limits.empty()) {
+    // (a previous request's checks must not be read for this one: its delay, its config)
+    limits_.checks.clear();
+    limits_.decisions.clear();
+    return limit::status::ok;
+  }
   const auto parts = key_parts();
   limits_.route = &route;
   limits_.client = ad_.client.who.key;
@@ -362,6 +367,8 @@ void session<Stream>::charge_after(const bhttp::response_header<>* res) {
       std::uint64_t n = 0;
       auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
       if (!v.empty() && ec == std::errc{} && p == v.data() + v.size() && n <= 1'000'000'000) amount += n;
+      // (a request whose own cost was 0 took 1 up front, build_checks: that 1 is part of this)
+      if (amount && limits_.checks[i].cost == 1 && limit::request_cost(l, key_parts()) == std::uint64_t{0}) --amount;
     }
     if (l.cost_from == config::limit_config::cost_kind::body_bytes && ad_.framing.type == body_framing::kind::chunked &&
         bytes_in_ > 1)

@@ -5,6 +5,7 @@
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
+#include <openssl/sha.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
@@ -12,6 +13,8 @@
 #include <array>
 #include <chrono>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 
 #include "tls/channel.hpp"
@@ -51,30 +54,38 @@ class ticket_keys {
   // The key to encrypt with now; false if none could be made.
   bool current(key& out) {
     std::lock_guard l(mu_);
-    const auto now = std::chrono::steady_clock::now();
-    if (!made_ || now - made_at_ >= rotation) {
-      key fresh;
-      if (RAND_bytes(fresh.name.data(), fresh.name.size()) != 1 || RAND_bytes(fresh.aes.data(), fresh.aes.size()) != 1 ||
-          RAND_bytes(fresh.hmac.data(), fresh.hmac.size()) != 1)
-        return made_ && (out = keys_[0], true);
-      keys_[1] = keys_[0];
-      has_previous_ = made_;
-      keys_[0] = fresh;
-      made_ = true;
-      made_at_ = now;
-    }
+    rotate();
+    if (!made_) return false;
     out = keys_[0];
     return true;
   }
   // The key named `name`: 1 the current one, 2 the one before (renew the ticket), 0 none.
   int find(const unsigned char* name, key& out) {
     std::lock_guard l(mu_);
+    rotate();  // (a quiet server's old key ages out too)
     if (made_ && std::memcmp(name, keys_[0].name.data(), 16) == 0) return out = keys_[0], 1;
     if (has_previous_ && std::memcmp(name, keys_[1].name.data(), 16) == 0) return out = keys_[1], 2;
     return 0;
   }
 
  private:
+  // A new key when the current one is `rotation` old (under mu_).
+  void rotate() {
+    const auto now = std::chrono::steady_clock::now();
+    if (!made_ || now - made_at_ >= rotation) {
+      key fresh;
+      if (RAND_bytes(fresh.name.data(), fresh.name.size()) != 1 || RAND_bytes(fresh.aes.data(), fresh.aes.size()) != 1 ||
+          RAND_bytes(fresh.hmac.data(), fresh.hmac.size()) != 1)
+        return;  // (tried again at the next ticket)
+      // Past two rotations the old one goes too.
+      has_previous_ = made_ && now - made_at_ < 2 * rotation;
+      keys_[1] = keys_[0];
+      keys_[0] = fresh;
+      made_ = true;
+      made_at_ = now;
+    }
+  }
+
   std::mutex mu_;
   key keys_[2];
   bool made_ = false, has_previous_ = false;
@@ -86,7 +97,8 @@ int ticket_key_cb(SSL*, unsigned char* name, unsigned char* iv, EVP_CIPHER_CTX* 
   ticket_keys::key k;
   int found = 1;
   if (enc) {
-    if (!ticket_keys::instance().current(k) || RAND_bytes(iv, EVP_MAX_IV_LENGTH) != 1) return -1;
+    // (no key or no IV: no ticket, the handshake goes on)
+    if (!ticket_keys::instance().current(k) || RAND_bytes(iv, EVP_MAX_IV_LENGTH) != 1) return 0;
     std::memcpy(name, k.name.data(), 16);
   } else if (!(found = ticket_keys::instance().find(name, k))) {
     return 0;  // not ours, or too old: a full handshake
@@ -180,7 +192,20 @@ std::size_t tls_server::choose(std::string_view server_name) const {
 
 std::shared_ptr<const tls_server> tls_server::build(const config::tls_config& cfg, std::string& error) {
   std::shared_ptr<tls_server> out(new tls_server);
-  static constexpr unsigned char session_context[] = "floodgate";
+  // Sessions resume only under the client-certificate settings they were made under: a
+  // resumed session keeps the certificate its first handshake verified, so a reload that
+  // drops a CA, or requires certificates, must not let old tickets in (the ticket keys
+  // outlive reloads). The context is a digest of those settings.
+  unsigned char session_context[SHA256_DIGEST_LENGTH];
+  {
+    std::string settings = "floodgate";
+    if (!cfg.client_ca.empty()) {
+      std::ifstream in(cfg.client_ca, std::ios::binary);
+      settings += cfg.clients_optional ? "|optional|" : "|required|";
+      settings.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    SHA256(reinterpret_cast<const unsigned char*>(settings.data()), settings.size(), session_context);
+  }
   for (const auto& c : cfg.certificates) {
     auto e = std::make_unique<entry>();
     SSL_CTX* ctx = e->ctx.native_handle();
@@ -202,7 +227,7 @@ std::shared_ptr<const tls_server> tls_server::build(const config::tls_config& cf
     SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
     SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
     SSL_CTX_sess_set_cache_size(ctx, 20'000);
-    SSL_CTX_set_session_id_context(ctx, session_context, sizeof session_context - 1);
+    SSL_CTX_set_session_id_context(ctx, session_context, sizeof session_context);
     // TLS 1.3: one ticket per full handshake (OpenSSL's default of two costs a second
     // ticket's encryption and session copy on every new connection; a client resumes with one).
     SSL_CTX_set_num_tickets(ctx, 1);

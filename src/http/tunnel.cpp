@@ -1,6 +1,7 @@
 #include "http/tunnel.hpp"
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/ssl/error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -46,7 +47,8 @@ asio::awaitable<void> pump(deadline::entry& session, From& from, beast::flat_buf
   for (;;) {
     session.arm(idle);
     auto [rec, n] = co_await from.async_read_some(asio::buffer(buf.get(), 16384), use_tuple);
-    if (rec == asio::error::eof) {
+    // (a TLS upstream's close without close_notify ends its side as a plain close does)
+    if (rec == asio::error::eof || rec == asio::ssl::error::stream_truncated) {
       boost::system::error_code ignored;
       to.lowest_layer().shutdown(tcp::socket::shutdown_send, ignored);
       co_return;

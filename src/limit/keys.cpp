@@ -258,6 +258,16 @@ unsigned build_checks(std::vector<check>& checks, std::string_view prefix, const
     ++n;
   }
   checks.resize(n);
+  // A refused request counts only under keys that are not its own say (the address, a
+  // verified certificate, global): a key read from a header, the refused credential
+  // among them, would make a store key per guess.
+  if (refusal)
+    std::erase_if(checks, [](const check& c) {
+      return !std::all_of(c.cfg->key.begin(), c.cfg->key.end(), [](const config::key_source& k) {
+        using kind = config::key_source::kind;
+        return k.type == kind::ip || k.type == kind::global || k.type == kind::client_cert;
+      });
+    });
   return refusal;
 }
 

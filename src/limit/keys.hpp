@@ -68,8 +68,10 @@ plan_pick pick_plan(const config::limit_config& l, const request_parts& r, const
 // their capacity from request to request); a limit whose key part is missing is skipped
 // (on_missing_key: skip), and so are an unlimited plan and a cost of 0. 0, or the status
 // the request is refused with: a plan's choice's 401/403, a cost header's 400 (the first
-// of them); the limit that refuses has no check, the others have theirs, so that a
-// refused request still counts against them (guessing API keys is limited per address).
+// of them); the limit that refuses has no check, and of the others only those keyed on
+// the address, a certificate or nothing keep theirs: a refused request still counts
+// against them (guessing API keys is limited per address), but makes no store key of
+// what it sent.
 unsigned build_checks(std::vector<check>& checks, std::string_view prefix, const config::route_config& route,
                       const request_parts& r, bool cluster = false, const consumer_maps* consumers = nullptr);
 

@@ -9,6 +9,7 @@ limit key), and --check reading the files as a start would.
 
 Certificates are made for each test run by the openssl command (ECDSA P-256)."""
 import json
+import pathlib
 import resource
 import socket
 import ssl
@@ -301,6 +302,33 @@ def test_client_certificates_are_verified_and_limit_per_certificate(gateway_fact
         # No certificate: the limit's anonymous identity, one for all such clients.
         assert statuses(g, client_with_cert(None), 3) == [200, 200, 429]
         assert statuses(g, client_with_cert(None), 1) == [429]
+
+
+def test_a_session_does_not_outlive_a_change_of_client_ca(gateway_factory, certs, tmp_path):
+    """A resumed session keeps the certificate its first handshake verified, and tickets
+    outlive reloads: a reload that changes client_ca makes the old sessions unusable (a
+    full handshake, which the old certificate fails)."""
+    d = tmp_path / "clients"
+    d.mkdir()
+    ca, clients = make_ca_and_clients(d, "app-1")
+    live_ca = tmp_path / "live-ca.pem"
+    live_ca.write_bytes(pathlib.Path(ca).read_bytes())
+    g = start_tls(gateway_factory, [certs["a"]], more=f'  client_ca: "{live_ca}"\n', admin=True)
+    ctx = client_with_cert(clients["app-1"])
+    with tls_connect(g, ctx=ctx) as s:
+        echo(s)
+        session = s.session
+    with tls_connect(g, ctx=ctx, session=session) as s:
+        assert s.session_reused
+        echo(s)
+    other = tmp_path / "other"
+    other.mkdir()
+    other_ca, _ = make_ca_and_clients(other, "someone")
+    live_ca.write_bytes(pathlib.Path(other_ca).read_bytes())
+    assert post_reload(g).status == 200
+    with pytest.raises((ssl.SSLError, ConnectionResetError, BrokenPipeError)):
+        with tls_connect(g, ctx=ctx, session=session) as s:
+            echo(s)
 
 
 def test_websockets_through_the_tls_listener(gateway_factory, certs):
