@@ -43,14 +43,7 @@ void resume_with_sends(std::size_t n, void (*resume)(void*), void* arg) {
 // load. What a handler throws is logged and the loop goes on (obs::run_logged).
 void run_in_turns(asio::io_context& ioc, const char* what) {
   upstream::send_batch::in_turns(ioc.get_executor());
-  for (;;) {
-    try {
-      ioc.run();
-      return;
-    } catch (const std::exception& e) {
-      spdlog::error("{}: {}", what, e.what());
-    }
-  }
+  obs::run_logged(ioc, what);
 }
 
 std::string random_nonce_prefix() {
