@@ -59,54 +59,49 @@ backend b
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def floodgate(work, port, origin, redis_port):
-    d = work / "floodgate"
+def start_floodgate(work, name, port, origin, store, routes):
+    """One floodgate (one worker) in work/name, with `store` (YAML lines) and `routes`."""
+    d = work / name
     d.mkdir()
     conf = d / "floodgate.yaml"
     conf.write_text(f"""listen: "127.0.0.1:{port}"
 workers: 1
 log: {{level: warn, access_log: off}}
-store: redis
-redis: {{addresses: ["127.0.0.1:{redis_port}"], timeout: 100ms}}
-upstreams:
+{store}upstreams:
   origin: {{address: "127.0.0.1:{origin}", max_idle: 1024}}
 routes:
-  - name: memory
-    match: {{path: /memory}}
+{routes}""")
+    return subprocess.Popen(["taskset", "-c", SERVER_CORE, FLOODGATE, "--config", str(conf)])
+
+
+def floodgate(work, port, origin, redis_port):
+    return start_floodgate(work, "floodgate", port, origin,
+                           f'store: redis\nredis: {{addresses: ["127.0.0.1:{redis_port}"], timeout: 100ms}}\n',
+                           """  - name: memory
+    match: {path: /memory}
     upstream: origin
     on_store_error: local
     limits:
-      - {{name: per-ip, algorithm: sliding_window, key: ip, limit: 1000000000, window: 1h}}
+      - {name: per-ip, algorithm: sliding_window, key: ip, limit: 1000000000, window: 1h}
   - name: redis
-    match: {{path: /redis}}
+    match: {path: /redis}
     upstream: origin
     limits:
-      - {{name: per-ip, algorithm: fixed_window, key: ip, limit: 1000000000, window: 1h}}
+      - {name: per-ip, algorithm: fixed_window, key: ip, limit: 1000000000, window: 1h}
   - name: all
-    match: {{path_prefix: /}}
+    match: {path_prefix: /}
     upstream: origin
 """)
-    return subprocess.Popen(["taskset", "-c", SERVER_CORE, FLOODGATE, "--config", str(conf)])
 
 
 def floodgate_memory(work, port, origin):
     """The memory store's path in a process of its own: store: memory is per process."""
-    d = work / "floodgate-memory"
-    d.mkdir()
-    conf = d / "floodgate.yaml"
-    conf.write_text(f"""listen: "127.0.0.1:{port}"
-workers: 1
-log: {{level: warn, access_log: off}}
-upstreams:
-  origin: {{address: "127.0.0.1:{origin}", max_idle: 1024}}
-routes:
-  - name: memory
-    match: {{path_prefix: /}}
+    return start_floodgate(work, "floodgate-memory", port, origin, "", """  - name: memory
+    match: {path_prefix: /}
     upstream: origin
     limits:
-      - {{name: per-ip, algorithm: sliding_window, key: ip, limit: 1000000000, window: 1h}}
+      - {name: per-ip, algorithm: sliding_window, key: ip, limit: 1000000000, window: 1h}
 """)
-    return subprocess.Popen(["taskset", "-c", SERVER_CORE, FLOODGATE, "--config", str(conf)])
 
 
 def main():
