@@ -229,11 +229,13 @@ void server::reload(std::function<void(admin::reload_outcome)> done) {
 int server::run() {
   const auto& cfg = *rt_->cfg;
   asio::io_context main_ioc;
-  tcp::acceptor listener(main_ioc);
+  // (a context that never runs: workers accept on copies; in main_ioc, each connection would wake this thread)
+  asio::io_context listeners_ioc;
+  tcp::acceptor listener(listeners_ioc);
   if (!bind_listener(listener, cfg.listen)) return 1;
   std::optional<tcp::acceptor> tls_listener;
   if (cfg.tls.listen) {
-    tls_listener.emplace(main_ioc);
+    tls_listener.emplace(listeners_ioc);
     if (!bind_listener(*tls_listener, *cfg.tls.listen)) return 1;
     tls_listener_ = &*tls_listener;
   }
