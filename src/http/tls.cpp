@@ -93,7 +93,7 @@ class ticket_keys {
 };
 
 // OpenSSL's ticket callback (SSL_CTX_set_tlsext_ticket_key_evp_cb), with ticket_keys.
-int ticket_key_cb(SSL*, unsigned char* name, unsigned char* iv, EVP_CIPHER_CTX* cctx, EVP_MAC_CTX* hctx, int enc) {
+int ticket_key_cb(SSL* ssl, unsigned char* name, unsigned char* iv, EVP_CIPHER_CTX* cctx, EVP_MAC_CTX* hctx, int enc) {
   ticket_keys::key k;
   int found = 1;
   if (enc) {
@@ -102,6 +102,10 @@ int ticket_key_cb(SSL*, unsigned char* name, unsigned char* iv, EVP_CIPHER_CTX* 
     std::memcpy(name, k.name.data(), 16);
   } else if (!(found = ticket_keys::instance().find(name, k))) {
     return 0;  // not ours, or too old: a full handshake
+  } else if (SSL_version(ssl) == TLS1_3_VERSION) {
+    // A TLS 1.3 resumption gets a new ticket only when told to renew, and a client uses a
+    // ticket once: without a new one, every other connection of its would be a full handshake.
+    found = 2;
   }
   char digest[] = "SHA256";
   OSSL_PARAM params[] = {OSSL_PARAM_construct_octet_string(OSSL_MAC_PARAM_KEY, k.hmac.data(), k.hmac.size()),
@@ -225,6 +229,7 @@ std::shared_ptr<const tls_server> tls_server::build(const config::tls_config& cf
     }
     SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION | SSL_OP_IGNORE_UNEXPECTED_EOF);
     SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
+    SSL_CTX_set_read_ahead(ctx, 1);  // (a read per flight of records, not one per header and per body)
     SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
     SSL_CTX_sess_set_cache_size(ctx, 20'000);
     SSL_CTX_set_session_id_context(ctx, session_context, sizeof session_context);

@@ -30,6 +30,7 @@ std::shared_ptr<const client_context> client_context::build(const config::upstre
   // truncation, stream_truncated, not the end of a body that its closing delimits.)
   SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
   SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
+  SSL_CTX_set_read_ahead(ctx, 1);  // (a read per flight, not one per record header and body)
   // Sessions are kept by the pool, per server (not in OpenSSL's cache, keyed by nothing we know).
   SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
   static constexpr unsigned char alpn[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
