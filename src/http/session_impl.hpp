@@ -164,6 +164,7 @@ class session {
   // cannot be mistaken for a request.
   bool keeps_after_refusal() { return parser_->keep_alive() && !ad_.has_body(); }
   asio::awaitable<void> lingering_close();
+  bool nothing_more_coming();
   // An idle keep-alive connection holds no buffers: they go back to the allocator,
   // and come again with the next request's bytes.
   void release_idle_memory();

@@ -205,8 +205,28 @@ void session<Stream>::release_idle_memory() {
   limits_.release_memory();
 }
 
+// Whether the client has sent all it is going to (nginx's `lingering_close on`): its
+// request read whole, no byte past it here, in OpenSSL or on the socket. A client that
+// asked for the close (or was told) then sends nothing more, and is not waited for.
+template <class Stream>
+bool session<Stream>::nothing_more_coming() {
+  if constexpr (is_socket<Stream> || is_tls<Stream>) {
+    if (buffer_.size() != 0 || holds_input(socket_)) return false;
+    if (!parser_ || !parser_->is_header_done() || !parser_->is_done()) return false;
+    char probe;
+    // (0: the client closed already; an error: nothing to drain either)
+    return ::recv(socket_of(socket_)->native_handle(), &probe, 1, MSG_PEEK | MSG_DONTWAIT) <= 0;
+  } else {
+    return false;
+  }
+}
+
 template <class Stream>
 asio::awaitable<void> session<Stream>::lingering_close() {
+  if (nothing_more_coming()) {
+    if constexpr (is_tls<Stream>) socket_.send_close_notify();
+    co_return;  // (run() closes the socket: our response is sent before the FIN)
+  }
   // Half-close, then drain what the client is still sending so that our response is
   // not destroyed by a reset; bounded in time and bytes.
   error_code ec;
