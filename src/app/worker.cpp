@@ -172,7 +172,8 @@ void worker::accept() {
 
 asio::awaitable<void> worker::accept_loop(tcp::acceptor& from, bool tls) {
   for (;;) {
-    auto [ec, socket] = co_await from.async_accept(asio::as_tuple(asio::use_awaitable));
+    tcp::endpoint peer;  // (from accept(): no getpeername per connection)
+    auto [ec, socket] = co_await from.async_accept(peer, asio::as_tuple(asio::use_awaitable));
     if (ec) {
       if (ec == asio::error::operation_aborted || !from.is_open()) co_return;
       // Out of descriptors or similar: back off instead of spinning.
@@ -183,8 +184,8 @@ asio::awaitable<void> worker::accept_loop(tcp::acceptor& from, bool tls) {
     }
     if (ctx_.draining) continue;
     if (!admit(socket, tls)) continue;
-    if (tls) http::start_tls_session(ctx_, std::move(socket));
-    else http::start_session(ctx_, std::move(socket));
+    if (tls) http::start_tls_session(ctx_, std::move(socket), peer.address());
+    else http::start_session(ctx_, std::move(socket), peer.address());
   }
 }
 

@@ -23,16 +23,12 @@ namespace {
 using detail::tcp;
 using detail::error_code;
 
-void spawn(worker_context& ctx, tcp::socket socket, bool resumed);
+void spawn(worker_context& ctx, tcp::socket socket, const net::address& peer, bool resumed);
 
-boost::asio::awaitable<void> serve(worker_context& ctx, tcp::socket socket, bool resumed) {
+boost::asio::awaitable<void> serve(worker_context& ctx, tcp::socket socket, net::address peer, bool resumed) {
   std::optional<tcp::socket> idle;
   std::chrono::steady_clock::time_point deadline;
   {
-    error_code ec;
-    net::address peer;
-    if (auto ep = socket.remote_endpoint(ec); !ec) peer = net::normalize(ep.address());
-    socket.set_option(tcp::no_delay(true), ec);
     detail::session<tcp::socket> s(ctx, std::move(socket), peer, resumed);
     // (GCC 12: no co_await inside a condition.)
     const bool to_park = co_await s.run();
@@ -41,18 +37,23 @@ boost::asio::awaitable<void> serve(worker_context& ctx, tcp::socket socket, bool
       idle.emplace(s.release_socket());
     }
   }
-  if (idle) detail::park(ctx, std::move(*idle), deadline, [](worker_context& c, tcp::socket s) { spawn(c, std::move(s), true); });
+  if (idle)
+    detail::park(ctx, std::move(*idle), deadline,
+                 [peer](worker_context& c, tcp::socket s) { spawn(c, std::move(s), peer, true); });
 }
 
-void spawn(worker_context& ctx, tcp::socket socket, bool resumed) {
+void spawn(worker_context& ctx, tcp::socket socket, const net::address& peer, bool resumed) {
   auto executor = socket.get_executor();
-  boost::asio::co_spawn(executor, serve(ctx, std::move(socket), resumed), obs::logged_end{"session ended by exception"});
+  boost::asio::co_spawn(executor, serve(ctx, std::move(socket), peer, resumed),
+                        obs::logged_end{"session ended by exception"});
 }
 
 }  // namespace
 
-void start_session(worker_context& ctx, boost::asio::ip::tcp::socket socket) {
-  spawn(ctx, std::move(socket), false);
+void start_session(worker_context& ctx, boost::asio::ip::tcp::socket socket, const boost::asio::ip::address& peer) {
+  error_code ec;
+  socket.set_option(tcp::no_delay(true), ec);
+  spawn(ctx, std::move(socket), net::normalize(peer), false);
 }
 
 }  // namespace fg::http

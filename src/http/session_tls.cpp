@@ -33,7 +33,7 @@ void note(std::uint64_t& count, std::int64_t& last_ms, const char* what, unsigne
   spdlog::warn("worker {}: {} TLS connection(s) {} so far", worker, count, what);
 }
 
-void spawn(worker_context& ctx, tls::stream stream, bool resumed);
+void spawn(worker_context& ctx, tls::stream stream, const net::address& peer, bool resumed);
 
 // A handshake flood must not take the worker from the connections it serves, nor keep
 // new clients out: at tls.max_handshakes in progress, the oldest is ended (its socket's
@@ -55,13 +55,10 @@ void make_room(worker_context& ctx) {
 }
 
 // The sessions of one connection, past its handshake: parked while idle between them.
-boost::asio::awaitable<void> serve(worker_context& ctx, tls::stream stream, bool resumed) {
+boost::asio::awaitable<void> serve(worker_context& ctx, tls::stream stream, net::address peer, bool resumed) {
   std::optional<tls::stream> idle;
   std::chrono::steady_clock::time_point deadline;
   {
-    error_code ec;
-    net::address peer;
-    if (auto ep = stream.next_layer().remote_endpoint(ec); !ec) peer = net::normalize(ep.address());
     auto subject = tls_server::client_subject(stream.native_handle());
     detail::session<tls::stream> s(ctx, std::move(stream), peer, resumed);
     s.set_client_cert(std::move(subject));
@@ -73,16 +70,18 @@ boost::asio::awaitable<void> serve(worker_context& ctx, tls::stream stream, bool
     }
   }
   if (idle)
-    detail::park(ctx, std::move(*idle), deadline, [](worker_context& c, tls::stream s) { spawn(c, std::move(s), true); });
+    detail::park(ctx, std::move(*idle), deadline,
+                 [peer](worker_context& c, tls::stream s) { spawn(c, std::move(s), peer, true); });
 }
 
-void spawn(worker_context& ctx, tls::stream stream, bool resumed) {
+void spawn(worker_context& ctx, tls::stream stream, const net::address& peer, bool resumed) {
   auto executor = stream.get_executor();
-  boost::asio::co_spawn(executor, serve(ctx, std::move(stream), resumed),
+  boost::asio::co_spawn(executor, serve(ctx, std::move(stream), peer, resumed),
                         obs::logged_end{"TLS session ended by exception"});
 }
 
-boost::asio::awaitable<void> handshake(worker_context& ctx, tcp::socket socket, std::shared_ptr<const tls_server> tls) {
+boost::asio::awaitable<void> handshake(worker_context& ctx, tcp::socket socket, net::address peer,
+                                       std::shared_ptr<const tls_server> tls) {
   error_code ec;
   socket.set_option(tcp::no_delay(true), ec);
   tls::stream stream(std::move(socket), tls->context());
@@ -99,11 +98,8 @@ boost::asio::awaitable<void> handshake(worker_context& ctx, tcp::socket socket, 
     if (me.listed) ctx.handshakes.erase(place);
     if (!shaken) {
       static thread_local std::int64_t last = 0;
-      if (spdlog::should_log(spdlog::level::debug)) {
-        net::address peer;
-        if (auto ep = stream.next_layer().remote_endpoint(ec); !ec) peer = net::normalize(ep.address());
+      if (spdlog::should_log(spdlog::level::debug))
         spdlog::debug("{}: TLS handshake failed: {}", peer.to_string(), watch->expired ? "timed out" : hec.message());
-      }
       note(ctx.handshakes_failed, last, "failed their handshake (or timed out)", ctx.id);
     }
   }
@@ -112,12 +108,12 @@ boost::asio::awaitable<void> handshake(worker_context& ctx, tcp::socket socket, 
     if (ctx.connections) ctx.connections->open.fetch_sub(1, std::memory_order_relaxed);
     co_return;
   }
-  spawn(ctx, std::move(stream), false);
+  spawn(ctx, std::move(stream), peer, false);
 }
 
 }  // namespace
 
-void start_tls_session(worker_context& ctx, tcp::socket socket) {
+void start_tls_session(worker_context& ctx, tcp::socket socket, const boost::asio::ip::address& peer) {
   auto tls = ctx.rt->tls.listener;
   if (!tls) {
     error_code ec;
@@ -126,7 +122,7 @@ void start_tls_session(worker_context& ctx, tcp::socket socket) {
     return;
   }
   auto executor = socket.get_executor();
-  boost::asio::co_spawn(executor, handshake(ctx, std::move(socket), std::move(tls)),
+  boost::asio::co_spawn(executor, handshake(ctx, std::move(socket), net::normalize(peer), std::move(tls)),
                         obs::logged_end{"TLS session ended by exception"});
 }
 

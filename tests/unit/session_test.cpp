@@ -374,7 +374,9 @@ struct tcp_client {
   explicit tcp_client(rig& rg) : r(rg), socket(rg.ioc) {
     socket.connect(r.front.local_endpoint());
     r.conns.open.fetch_add(1);
-    fg::http::start_session(r.ctx, r.front.accept());
+    auto accepted = r.front.accept();
+    const auto peer = accepted.remote_endpoint().address();
+    fg::http::start_session(r.ctx, std::move(accepted), peer);
     read();
   }
   void read() {
