@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "http/worker_context.hpp"
+#include "net/cidr.hpp"
 
 namespace fg::http::detail {
 
@@ -18,6 +19,13 @@ template <class Stream>
 boost::asio::ip::tcp::socket& socket_under(Stream& s) {
   if constexpr (std::is_same_v<Stream, boost::asio::ip::tcp::socket>) return s;
   else return s.lowest_layer();
+}
+
+// A connection's peer, normalized (unspecified if the socket has none any more).
+inline net::address peer_of(const boost::asio::ip::tcp::socket& s) {
+  boost::system::error_code ec;
+  const auto ep = s.remote_endpoint(ec);
+  return ec ? net::address() : net::normalize(ep.address());
 }
 
 template <class Stream>

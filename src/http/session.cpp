@@ -37,9 +37,12 @@ boost::asio::awaitable<void> serve(worker_context& ctx, tcp::socket socket, net:
       idle.emplace(s.release_socket());
     }
   }
+  // (the address is asked for again on the return: kept, it would grow every parked connection)
   if (idle)
-    detail::park(ctx, std::move(*idle), deadline,
-                 [peer](worker_context& c, tcp::socket s) { spawn(c, std::move(s), peer, true); });
+    detail::park(ctx, std::move(*idle), deadline, [](worker_context& c, tcp::socket s) {
+      const auto peer = detail::peer_of(s);
+      spawn(c, std::move(s), peer, true);
+    });
 }
 
 void spawn(worker_context& ctx, tcp::socket socket, const net::address& peer, bool resumed) {

@@ -70,8 +70,10 @@ boost::asio::awaitable<void> serve(worker_context& ctx, tls::stream stream, net:
     }
   }
   if (idle)
-    detail::park(ctx, std::move(*idle), deadline,
-                 [peer](worker_context& c, tls::stream s) { spawn(c, std::move(s), peer, true); });
+    detail::park(ctx, std::move(*idle), deadline, [](worker_context& c, tls::stream s) {
+      const auto peer = detail::peer_of(s.next_layer());  // (see session.cpp)
+      spawn(c, std::move(s), peer, true);
+    });
 }
 
 void spawn(worker_context& ctx, tls::stream stream, const net::address& peer, bool resumed) {
