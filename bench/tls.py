@@ -10,10 +10,13 @@ floodgate (then the reverse order the next round), medians over rounds:
 - keep-alive at 64 and 256 connections: req/s and p99 (TLS termination, the handshake
   amortised);
 - `Connection: close` at 64 connections: every request a new connection, so req/s is
-  the handshakes per second (wrk's OpenSSL offers no session again: full handshakes);
-- resumed handshakes: `openssl s_time -reuse` (one connection after another, each
-  resuming the first's TLS 1.2 session; s_time cannot resume TLS 1.3's tickets), and
-  `-new` beside it for the full ones, connections per second of wall time;
+  the handshakes per second. wrk keeps each connection's SSL object (SSL_clear), which
+  keeps the session its last connection was given: these are TLS 1.3 resumptions (PSK
+  with ECDHE), each bringing a new ticket;
+- full handshakes under load: 8 `openssl s_time -new` at once, TLS 1.3 (no session
+  offered), connections per second of wall time;
+- one connection after another: `openssl s_time -new` (full) and `-reuse` (each
+  resuming the first's TLS 1.2 session; s_time cannot resume TLS 1.3's tickets);
 - the resident memory of 10,000 idle TLS connections (a handshake and one request each,
   then nothing), per connection, against nginx's.
 Ratios are floodgate's over nginx's in the same round."""
@@ -38,12 +41,14 @@ def wrk_tls(port, conns, seconds, close=False):
     return rps, p99
 
 
-def s_time(port, reuse, seconds):
-    """Connections per second, one after another, by openssl s_time (TLS 1.2)."""
+def s_time(port, reuse, seconds, clients=1, version="-tls1_2"):
+    """Connections per second of wall time, one after another in each of `clients`
+    openssl s_time processes."""
     t0 = time.monotonic()
-    out = subprocess.run(["taskset", "-c", CLIENT_CORE, "openssl", "s_time", "-connect", f"127.0.0.1:{port}",
-                          "-reuse" if reuse else "-new", "-tls1_2", "-time", str(seconds)],
-                         capture_output=True, text=True).stdout
+    runs = [subprocess.Popen(["taskset", "-c", CLIENT_CORE, "openssl", "s_time", "-connect", f"127.0.0.1:{port}",
+                              "-reuse" if reuse else "-new", version, "-time", str(seconds)],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) for _ in range(clients)]
+    out = "".join(r.communicate()[0] for r in runs)
     elapsed = time.monotonic() - t0
     counts = [int(n) for n in re.findall(r"(\d+) connections in [\d.]+s", out)]
     return sum(counts) / elapsed if counts else 0.0
@@ -129,7 +134,8 @@ def main():
             wait_port(p)
         pids = {"nginx": children(procs[1].pid) or [procs[1].pid], "floodgate": [procs[2].pid]}
         ports = {"nginx": nginx_port, "floodgate": fg_port}
-        loads = [("keep-alive c=64", 64, False), ("keep-alive c=256", 256, False), ("new connections c=64", 64, True)]
+        loads = [("keep-alive c=64", 64, False), ("keep-alive c=256", 256, False),
+                 ("resumed, new conn. c=64", 64, True)]
         results = {(load, name): [] for load, _, _ in loads for name in ports}
         for r in range(rounds):
             order = ["nginx", "floodgate"] if r % 2 == 0 else ["floodgate", "nginx"]
@@ -145,11 +151,13 @@ def main():
             print(f"{load:<24}{statistics.median(x[0] for x in n):>12.0f}{statistics.median(x[1] for x in n):>8.2f}"
                   f"{statistics.median(x[0] for x in f):>12.0f}{statistics.median(x[1] for x in f):>8.2f}"
                   f"{statistics.median(ratios):>7.2f}x")
-        for label, reuse in (("s_time full, TLS 1.2", False), ("s_time resumed, TLS 1.2", True)):
+        for label, reuse, clients, version in (("full, 8 s_time, TLS 1.3", False, 8, "-tls1_3"),
+                                               ("s_time full, TLS 1.2", False, 1, "-tls1_2"),
+                                               ("s_time resumed, TLS 1.2", True, 1, "-tls1_2")):
             per = {name: [] for name in ports}
             for r in range(rounds):
                 for name in (["nginx", "floodgate"] if r % 2 == 0 else ["floodgate", "nginx"]):
-                    per[name].append(s_time(ports[name], reuse, seconds))
+                    per[name].append(s_time(ports[name], reuse, seconds, clients, version))
             ratios = [f / n for f, n in zip(per["floodgate"], per["nginx"]) if n]
             print(f"{label:<24}{statistics.median(per['nginx']):>12.0f}{'':>8}"
                   f"{statistics.median(per['floodgate']):>12.0f}{'':>8}{statistics.median(ratios):>7.2f}x")
