@@ -98,22 +98,8 @@ std::string server::files_hash(const config::config& cfg) {
 
 namespace {
 
-// Binds the proxy's socket (a connection to it is refused until it listens); false
-// (logged) when it cannot.
-bool bind_listener(tcp::acceptor& listener, const config::endpoint& at) {
-  try {
-    tcp::resolver resolver(listener.get_executor());
-    auto results = resolver.resolve(at.host, std::to_string(at.port), tcp::resolver::passive);
-    auto ep = results.begin()->endpoint();
-    listener.open(ep.protocol());
-    listener.set_option(tcp::acceptor::reuse_address(true));
-    listener.bind(ep);
-  } catch (const std::exception& e) {
-    spdlog::error("cannot listen on {}: {}", at.str(), e.what());
-    return false;
-  }
-  listener.non_blocking(true);
-  return true;
+unsigned worker_count(const config::config& cfg) {
+  return cfg.workers ? cfg.workers : std::max(1u, std::thread::hardware_concurrency());
 }
 
 }  // namespace
@@ -136,15 +122,14 @@ std::size_t max_connections(const config::config& cfg, unsigned workers) {
   return fds > reserve + 2 ? (fds - reserve) / 2 : 1;
 }
 
-void server::start_workers(int listen_fd, int tls_fd) {
+void server::start_workers(unsigned n, listen_group& plain, listen_group* tls) {
   const auto& cfg = *rt_->cfg;
-  unsigned n = cfg.workers ? cfg.workers : std::max(1u, std::thread::hardware_concurrency());
   access_ = obs::access_log::open(cfg.log);
   memory_ = std::make_unique<store::memory_store>(cfg.memory.max_keys);
   connections_.max = max_connections(cfg, n);
   for (unsigned i = 0; i < n; ++i)
     workers_.push_back(std::make_unique<worker>(i, rt_, access_, memory_.get(), &connections_));
-  for (auto& w : workers_) w->start(listen_fd, tls_fd);
+  for (unsigned i = 0; i < n; ++i) workers_[i]->start(plain.fd(i), tls ? tls->fd(i) : -1);
   workers_running_ = true;
 }
 
@@ -152,7 +137,7 @@ bool server::stores_ready() const {
   return std::all_of(workers_.begin(), workers_.end(), [](const auto& w) { return w->store_usable(); });
 }
 
-void server::open_when_ready(asio::io_context& main_ioc, tcp::acceptor& listener, std::function<void(bool)> opened) {
+void server::open_when_ready(asio::io_context& main_ioc, listen_group& listener, std::function<void(bool)> opened) {
   const auto wait = rt_->cfg->store == config::store_kind::redis ? rt_->cfg->redis.startup_wait : config::duration(0);
   const auto until = std::chrono::steady_clock::now() + wait;
   auto timer = std::make_shared<asio::steady_timer>(main_ioc);
@@ -179,16 +164,14 @@ void server::open_when_ready(asio::io_context& main_ioc, tcp::acceptor& listener
                    wait.count());
     else if (cfg.store == config::store_kind::redis)
       spdlog::info("the store is ready on every worker after {}ms", took.count());
-    boost::system::error_code ec;
-    listener.listen(asio::socket_base::max_listen_connections, ec);
+    auto ec = listener.listen();
     if (ec) {
       spdlog::error("cannot listen on {}: {}", cfg.listen.str(), ec.message());
       opened(false);
       return;
     }
     if (tls_listener_) {
-      tls_listener_->listen(asio::socket_base::max_listen_connections, ec);
-      if (ec) {
+      if ((ec = tls_listener_->listen())) {
         spdlog::error("cannot listen on tls.listen {}: {}", cfg.tls.listen->str(), ec.message());
         opened(false);
         return;
@@ -231,13 +214,12 @@ int server::run() {
   asio::io_context main_ioc;
   // (a context that never runs: workers accept on copies; in main_ioc, each connection would wake this thread)
   asio::io_context listeners_ioc;
-  tcp::acceptor listener(listeners_ioc);
-  if (!bind_listener(listener, cfg.listen)) return 1;
-  std::optional<tcp::acceptor> tls_listener;
+  const unsigned workers = worker_count(cfg);
+  listen_group listener(listeners_ioc), tls_listener(listeners_ioc);
+  if (!listener.bind(cfg.listen, workers, "listen")) return 1;
   if (cfg.tls.listen) {
-    tls_listener.emplace(listeners_ioc);
-    if (!bind_listener(*tls_listener, *cfg.tls.listen)) return 1;
-    tls_listener_ = &*tls_listener;
+    if (!tls_listener.bind(*cfg.tls.listen, workers, "tls.listen")) return 1;
+    tls_listener_ = &tls_listener;
   }
   // The admin listener (admin.listen) on a thread of its own, bound before any worker runs.
   std::optional<admin::listener> admin_listener;
@@ -250,7 +232,7 @@ int server::run() {
   }
   started_at_ = std::chrono::steady_clock::now();
   start_reload_thread();
-  start_workers(listener.native_handle(), tls_listener ? tls_listener->native_handle() : -1);
+  start_workers(workers, listener, tls_listener_);
   // (under the reload lock: a publish meanwhile, a reload's or a name's, updates it itself)
   with_reload_lock([&] { checker_.update(current()->servers); });
   if (admin_listener) {
@@ -292,7 +274,7 @@ int server::run() {
   if (exit_code) signal_number = 0;
   else spdlog::info("signal {}: draining (up to {}ms)", signal_number, current_config()->http.drain_timeout.count());
   listener.close();
-  if (tls_listener) tls_listener->close();
+  tls_listener.close();
   tls_listener_ = nullptr;
   hup.cancel();
   watch.close();

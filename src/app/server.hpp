@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "admin/status.hpp"
+#include "app/listen_group.hpp"
 #include "app/worker.hpp"
 #include "http/compiled_config.hpp"
 #include "obs/metrics.hpp"
@@ -67,14 +68,14 @@ class server final : public admin::status_source {
   // Until every worker's store is ready or redis.startup_wait has passed (logged either
   // way), the proxy port is bound but does not listen; then it listens and the workers
   // accept. `opened` runs on the main thread once it does.
-  void open_when_ready(boost::asio::io_context& main_ioc, boost::asio::ip::tcp::acceptor& listener,
-                       std::function<void(bool)> opened);
+  void open_when_ready(boost::asio::io_context& main_ioc, listen_group& listener, std::function<void(bool)> opened);
   bool stores_ready() const;
   std::shared_ptr<const http::compiled_config> current() const;
   // listen, workers, admin.listen, memory.max_keys and http.max_connections stay as
   // they are until a restart: logged, and kept in `next`.
   std::vector<std::string> keep_restart_only(config::config& next, const config::config& was) const;
-  void start_workers(int listen_fd, int tls_fd);
+  // Worker i accepts on socket i of each group.
+  void start_workers(unsigned n, listen_group& plain, listen_group* tls);
   // Swaps `rt` in: every worker takes it (before this returns, or 5 s), then the admin
   // and the health checks see it. Under reload_mu_.
   void publish(std::shared_ptr<const http::compiled_config> rt, std::shared_ptr<obs::access_log> access,
@@ -109,7 +110,7 @@ class server final : public admin::status_source {
   upstream::health_checker checker_;
   std::atomic<bool> workers_running_{false};
   // The TLS listener (tls.listen) while run() has one: opened with the proxy port.
-  boost::asio::ip::tcp::acceptor* tls_listener_ = nullptr;
+  listen_group* tls_listener_ = nullptr;
   // The proxy port listens (startup is over).
   std::atomic<bool> serving_{false};
   // run()'s loop has ended (a signal, or a failed start): the start-up wait gives up.

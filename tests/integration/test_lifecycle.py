@@ -88,3 +88,34 @@ def test_drain_is_bounded(gateway_factory, upstream):
         assert g.proc.wait(15) == 0
         took = time.monotonic() - start
         assert 1.0 <= took < 10, f"exited {took:.2f}s after SIGTERM (drain_timeout 1 s, the answer due in 20 s)"
+
+
+def test_a_second_gateway_on_the_same_port_fails_to_start(gateway_factory, upstream, tmp_path):
+    """Each worker accepts on a listening socket of its own, the workers' sockets one
+    SO_REUSEPORT group: a second process on the port must still fail to start, as with
+    one socket, and not take a share of the first one's connections."""
+    g = gateway_factory(workers=2)
+    cfg = tmp_path / "second.yaml"
+    cfg.write_text(f"""listen: "127.0.0.1:{g.port}"
+workers: 2
+log:
+  access_log: "off"
+upstreams:
+  api:
+    address: "{upstream.address}"
+routes:
+  - name: all
+    match:
+      path_prefix: /
+    upstream: api
+""")
+    p = subprocess.run([BIN, "--config", str(cfg)], capture_output=True, text=True, timeout=10)
+    out = p.stdout + p.stderr
+    assert p.returncode != 0, out
+    assert f"cannot listen on 127.0.0.1:{g.port}" in out and "in use" in out.lower(), out
+    assert "floodgate listening on" not in out, out
+    # The first one serves every connection, on both of its workers' sockets.
+    for _ in range(40):
+        with g.connect() as s:
+            s.sendall(get("/"))
+            assert read_response(s).status == 200
