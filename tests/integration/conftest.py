@@ -407,6 +407,26 @@ def is_closed(sock, timeout=3.0):
         return False
 
 
+def run_one_route_gateway(tmp_path, listen_port, upstream_address, workers=1, extra=""):
+    """Runs the binary to its exit (10 s at most) with one route to `upstream_address`,
+    for a start that is to fail; the CompletedProcess."""
+    cfg = tmp_path / "one-route.yaml"
+    cfg.write_text(f"""listen: "127.0.0.1:{listen_port}"
+workers: {workers}
+log:
+  access_log: "off"
+{extra}upstreams:
+  api:
+    address: "{upstream_address}"
+routes:
+  - name: all
+    match:
+      path_prefix: /
+    upstream: api
+""")
+    return subprocess.run([BIN, "--config", str(cfg)], capture_output=True, text=True, timeout=10)
+
+
 def get(path, host="example.com", extra=""):
     return f"GET {path} HTTP/1.1\r\nHost: {host}\r\n{extra}\r\n".encode()
 

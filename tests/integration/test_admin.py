@@ -2,12 +2,12 @@
 import select
 import signal
 import socket
-import subprocess
 import time
 
 import pytest
 
-from conftest import BIN, Gateway, Upstream, free_port, get, is_closed, read_response, record, wait_until
+from conftest import (Gateway, Upstream, free_port, get, is_closed, read_response, record, run_one_route_gateway,
+                      wait_until)
 
 
 def admin_extra(port, more=""):
@@ -260,23 +260,8 @@ def test_admin_port_in_use_is_a_clear_error(tmp_path, upstream):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        cfg = tmp_path / "floodgate.yaml"
-        cfg.write_text(f"""listen: "127.0.0.1:{free_port()}"
-workers: 1
-log:
-  access_log: "off"
-admin:
-  listen: "127.0.0.1:{port}"
-upstreams:
-  api:
-    address: "{upstream.address}"
-routes:
-  - name: all
-    match:
-      path_prefix: /
-    upstream: api
-""")
-        p = subprocess.run([BIN, "--config", str(cfg)], capture_output=True, text=True, timeout=10)
+        p = run_one_route_gateway(tmp_path, free_port(), upstream.address,
+                                  extra=f'admin:\n  listen: "127.0.0.1:{port}"\n')
     assert p.returncode != 0
     out = p.stdout + p.stderr
     assert f"cannot listen on admin.listen 127.0.0.1:{port}" in out, out

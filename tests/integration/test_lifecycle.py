@@ -4,7 +4,7 @@ import socket
 import subprocess
 import time
 
-from conftest import BIN, Thread, get, is_closed, read_response, wait_until
+from conftest import BIN, Thread, get, is_closed, read_response, run_one_route_gateway, wait_until
 
 
 def test_version_and_help():
@@ -95,21 +95,7 @@ def test_a_second_gateway_on_the_same_port_fails_to_start(gateway_factory, upstr
     SO_REUSEPORT group: a second process on the port must still fail to start, as with
     one socket, and not take a share of the first one's connections."""
     g = gateway_factory(workers=2)
-    cfg = tmp_path / "second.yaml"
-    cfg.write_text(f"""listen: "127.0.0.1:{g.port}"
-workers: 2
-log:
-  access_log: "off"
-upstreams:
-  api:
-    address: "{upstream.address}"
-routes:
-  - name: all
-    match:
-      path_prefix: /
-    upstream: api
-""")
-    p = subprocess.run([BIN, "--config", str(cfg)], capture_output=True, text=True, timeout=10)
+    p = run_one_route_gateway(tmp_path, g.port, upstream.address, workers=2)
     out = p.stdout + p.stderr
     assert p.returncode != 0, out
     assert f"cannot listen on 127.0.0.1:{g.port}" in out and "in use" in out.lower(), out
