@@ -206,8 +206,9 @@ void session<Stream>::release_idle_memory() {
 }
 
 // Whether the client has sent all it is going to (nginx's `lingering_close on`): its
-// request read whole, no byte past it here, in OpenSSL or on the socket. A client that
-// asked for the close (or was told) then sends nothing more, and is not waited for.
+// request read whole, no byte past it here, in OpenSSL or on the socket (under TLS, or
+// only its close_notify). A client that asked for the close (or was told) then sends
+// nothing more, and is not waited for.
 template <class Stream>
 bool session<Stream>::nothing_more_coming() {
   if constexpr (is_socket<Stream> || is_tls<Stream>) {
@@ -215,7 +216,10 @@ bool session<Stream>::nothing_more_coming() {
     if (!parser_ || !parser_->is_header_done() || !parser_->is_done()) return false;
     char probe;
     // (0: the client closed already; an error: nothing to drain either)
-    return ::recv(socket_of(socket_)->native_handle(), &probe, 1, MSG_PEEK | MSG_DONTWAIT) <= 0;
+    if (::recv(socket_of(socket_)->native_handle(), &probe, 1, MSG_PEEK | MSG_DONTWAIT) <= 0) return true;
+    // (a TLS client that read its answer closes with close_notify, often before this look)
+    if constexpr (is_tls<Stream>) return socket_.read_close_notify();
+    return false;
   } else {
     return false;
   }

@@ -81,6 +81,17 @@ void channel::send_close_notify() {
   ERR_clear_error();
 }
 
+bool channel::read_close_notify() {
+  if (!ssl_) return false;
+  char sink[512];
+  std::size_t n = 0;
+  ERR_clear_error();
+  const int r = SSL_read_ex(ssl_, sink, sizeof sink, &n);
+  const bool closed = r <= 0 && SSL_get_error(ssl_, r) == SSL_ERROR_ZERO_RETURN;
+  ERR_clear_error();
+  return closed;
+}
+
 channel::channel(SSL* ssl, tcp_socket& socket, bool server) : ssl_(ssl) {
   error_code ec;
   socket.native_non_blocking(true, ec);

@@ -71,6 +71,9 @@ class channel {
   // the end of a response its closing delimits (an HTTP/1.0 client's) is then told from
   // a truncation. Before the TCP half-close.
   void send_close_notify();
+  // Reads what the peer has sent, without waiting: true when it was its close_notify
+  // (nothing can follow it). Anything else read is dropped: for a connection closing.
+  bool read_close_notify();
 
   // Completes with (error_code, 0).
   template <class Token>

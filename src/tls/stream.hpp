@@ -25,6 +25,8 @@ class stream {
   bool holds_input() const { return ch_.holds_input(); }
   void release_buffers() { ch_.release_buffers(); }
   void send_close_notify() { ch_.send_close_notify(); }
+  // See channel::read_close_notify.
+  bool read_close_notify() { return socket_.is_open() && ch_.read_close_notify(); }
 
   // (only for a stream with an SSL object: see native_handle)
   template <class Token>
