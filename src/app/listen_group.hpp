@@ -31,7 +31,6 @@ class listen_group {
   // on none.
   boost::system::error_code listen();
   void close();
-  bool empty() const { return sockets_.empty(); }
   // Worker i's socket.
   int fd(unsigned i) { return sockets_[i % sockets_.size()].native_handle(); }
 

@@ -4,8 +4,6 @@
 #include <boost/asio/write.hpp>
 #include <spdlog/spdlog.h>
 
-#include <sys/socket.h>
-
 #include <array>
 #include <charconv>
 #include <optional>
@@ -15,6 +13,7 @@
 #include "limit/denial.hpp"
 #include "limit/keys.hpp"
 #include "limit/rate_headers.hpp"
+#include "net/peek.hpp"
 #include "obs/access_log.hpp"
 #include "obs/logging.hpp"
 #include "obs/metrics.hpp"
@@ -214,9 +213,8 @@ bool session<Stream>::nothing_more_coming() {
   if constexpr (is_socket<Stream> || is_tls<Stream>) {
     if (buffer_.size() != 0 || holds_input(socket_)) return false;
     if (!parser_ || !parser_->is_header_done() || !parser_->is_done()) return false;
-    char probe;
-    // (0: the client closed already; an error: nothing to drain either)
-    if (::recv(socket_of(socket_)->native_handle(), &probe, 1, MSG_PEEK | MSG_DONTWAIT) <= 0) return true;
+    // (its end already: nothing to drain either)
+    if (net::peek_input(socket_of(socket_)->native_handle()) != net::pending_input::bytes) return true;
     // (a TLS client that read its answer closes with close_notify, often before this look)
     if constexpr (is_tls<Stream>) return socket_.read_close_notify();
     return false;
@@ -446,9 +444,7 @@ asio::awaitable<bool> session<Stream>::wait_turn(std::chrono::milliseconds wait)
   if (sock && is_socket<Stream> && buffer_.size() == 0) {
     auto r = co_await (timer.async_wait(util::use_tuple) || sock->async_wait(tcp::socket::wait_read, util::use_tuple));
     if (r.index() == 0) co_return watch_->expired;
-    char probe;
-    const auto n = ::recv(sock->native_handle(), &probe, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) co_return true;
+    if (net::peek_input(sock->native_handle()) == net::pending_input::end) co_return true;
   }
   // (bytes of the next request, pipelined, or a TLS stream: the turn is waited out)
   auto [ec] = co_await timer.async_wait(util::use_tuple);

@@ -5,9 +5,8 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <spdlog/spdlog.h>
 
-#include <sys/socket.h>
-
 #include <algorithm>
+#include "net/peek.hpp"
 #include "util/asio.hpp"
 
 namespace fg::upstream {
@@ -84,10 +83,7 @@ namespace {
 bool still_usable(connection& c, std::chrono::steady_clock::time_point now) {
   if (c.buffer.size() != 0 || c.tls.holds_input()) return false;
   if (now - c.idle_since < std::chrono::seconds(1)) return true;
-  char probe;
-  auto fd = c.socket.native_handle();
-  auto n = ::recv(fd, &probe, 1, MSG_PEEK | MSG_DONTWAIT);
-  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+  return net::peek_input(c.socket.native_handle()) == net::pending_input::nothing;
 }
 
 }  // namespace
