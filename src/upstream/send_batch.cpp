@@ -21,7 +21,12 @@ constexpr unsigned ring_entries = 256;
 
 struct send_batch::ring {
   io_uring r{};
-  ~ring() { io_uring_queue_exit(&r); }
+  bool set_up = false;
+  // (only a ring io_uring_queue_init set up: on a zeroed one, queue_exit closes fd 0,
+  // whatever descriptor holds that number by then)
+  ~ring() {
+    if (set_up) io_uring_queue_exit(&r);
+  }
 };
 
 send_batch& send_batch::of_this_thread() {
@@ -56,10 +61,12 @@ bool send_batch::open() {
   if (!tried_) {
     tried_ = true;
     auto r = std::make_unique<ring>();
-    if (int e = io_uring_queue_init(ring_entries, &r->r, 0); e < 0)
+    if (int e = io_uring_queue_init(ring_entries, &r->r, 0); e < 0) {
       spdlog::info("io_uring unavailable ({}): upstream writes go one system call each", std::strerror(-e));
-    else
+    } else {
+      r->set_up = true;
       ring_ = std::move(r);
+    }
   }
   return ring_ != nullptr;
 }

@@ -113,7 +113,7 @@ PY
   phase "SIGTERM"
   kill -TERM "$gw"
   for _ in $(seq 200); do kill -0 "$gw" 2>/dev/null || break; sleep 0.05; done
-  ! kill -0 "$gw" 2>/dev/null || fail "the gateway did not exit on SIGTERM"
+  ! kill -0 "$gw" 2>/dev/null || { cat "$work/gateway.log"; fail "the gateway did not exit on SIGTERM"; }
   wait "$runner" || fail "the gateway exited with $?: $(tail -5 "$work/gateway.log")"
   exit 0
 fi

@@ -11,6 +11,17 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read.hpp>
 
+#include <fcntl.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+
 #include "upstream/send_batch.hpp"
 
 // upstream::send_batch over real loopback TCP connections: what is queued arrives whole
@@ -50,6 +61,19 @@ send_batch::handler record(result& r) {
     r.ec = ec;
     r.n = n;
   };
+}
+
+// As a container runtime's seccomp profile does (buildah's, Docker's on older kernels):
+// io_uring_setup answers ENOSYS, on the calling thread only.
+bool refuse_io_uring_on_this_thread() {
+  sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  sock_fprog prog{static_cast<unsigned short>(std::size(filter)), filter};
+  return ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
 }
 
 std::string read_exactly(tcp::socket& s, std::size_t n) {
@@ -198,4 +222,38 @@ TEST_CASE("send_batch: a collect inside another sends with the outer one, a lone
   io.run();
   CHECK((rc.called && !rc.ec && rc.n == a.size()));
   CHECK(read_exactly(pairs[0].server, a.size()) == a);
+}
+
+TEST_CASE("send_batch: where io_uring is refused, trying it closes no descriptor", "[upstream]") {
+  // The failed setup once closed fd 0, and so, on the next worker, whatever held that
+  // number by then (in the image: the signal pipe, and SIGTERM went unheard).
+  const int null_fd = ::open("/dev/null", O_RDONLY);
+  REQUIRE(null_fd >= 0);
+  const int saved_stdin = ::dup(0);  // (-1 where fd 0 was closed already)
+  REQUIRE(::dup2(null_fd, 0) == 0);
+  struct stat before {};
+  REQUIRE(::fstat(0, &before) == 0);
+  bool refused = false, active = true, fd0_open = false, fd0_same = false;
+  // A thread of its own: its send_batch has not tried the ring yet, and the filter stays with it.
+  std::thread t([&] {
+    refused = refuse_io_uring_on_this_thread();
+    if (!refused) return;
+    send_batch::collect sends;
+    active = sends.active();
+    struct stat after {};
+    fd0_open = ::fstat(0, &after) == 0;
+    fd0_same = fd0_open && after.st_dev == before.st_dev && after.st_ino == before.st_ino;
+  });
+  t.join();
+  if (saved_stdin >= 0) {
+    ::dup2(saved_stdin, 0);
+    ::close(saved_stdin);
+  } else {
+    ::close(0);
+  }
+  ::close(null_fd);
+  REQUIRE(refused);
+  CHECK_FALSE(active);
+  CHECK(fd0_open);
+  CHECK(fd0_same);
 }
