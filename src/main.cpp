@@ -1,6 +1,10 @@
 #include <boost/program_options.hpp>
 #include <spdlog/spdlog.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <csignal>
 #include <iostream>
 
@@ -22,7 +26,25 @@ extern "C" {
 __attribute__((used)) const char* malloc_conf = "background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0";
 }
 
+namespace {
+// Descriptors 0-2 left closed by whoever started the process would go to the first files
+// and sockets it opens, and the log (stdout) would then write into a client's
+// connection: /dev/null holds the numbers instead. False if that cannot be done.
+bool hold_standard_descriptors() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) >= 0 || errno != EBADF) continue;
+    const int held = ::open("/dev/null", O_RDWR);  // (the lowest free number: this one)
+    if (held != fd) {
+      if (held >= 0) ::close(held);
+      return false;
+    }
+  }
+  return true;
+}
+}  // namespace
+
 int main(int argc, char** argv) {
+  if (!hold_standard_descriptors()) return 1;
   // OpenSSL writes to its sockets itself (write(2), not send with MSG_NOSIGNAL): a peer
   // gone must be an EPIPE for that one connection, never the end of the process.
   std::signal(SIGPIPE, SIG_IGN);

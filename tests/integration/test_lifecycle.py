@@ -1,10 +1,12 @@
 """Command line, startup, SIGTERM drain."""
+import os
 import signal
 import socket
 import subprocess
 import time
 
-from conftest import BIN, Thread, get, is_closed, read_response, run_one_route_gateway, wait_until
+from conftest import (BIN, Thread, free_port, get, is_closed, read_response, run_one_route_gateway, wait_for_port,
+                      wait_until)
 
 
 def test_version_and_help():
@@ -105,3 +107,40 @@ def test_a_second_gateway_on_the_same_port_fails_to_start(gateway_factory, upstr
         with g.connect() as s:
             s.sendall(get("/"))
             assert read_response(s).status == 200
+
+
+def test_started_with_stdin_stdout_and_stderr_closed(tmp_path, upstream):
+    """A supervisor that closes 0-2 must not hand their numbers to sockets: the access log
+    (stdout) would then write into a client's connection."""
+    port = free_port()
+    cfg = tmp_path / "closed-std.yaml"
+    cfg.write_text(f"""listen: "127.0.0.1:{port}"
+workers: 2
+log:
+  access_log: stdout
+upstreams:
+  api:
+    address: "127.0.0.1:{upstream.port}"
+routes:
+  - name: all
+    match:
+      path_prefix: /
+    upstream: api
+""")
+    proc = subprocess.Popen([BIN, "--config", str(cfg)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, preexec_fn=lambda: [os.close(fd) for fd in (0, 1, 2)])
+    try:
+        wait_for_port(port, proc=proc)
+        for fd in (0, 1, 2):
+            assert os.readlink(f"/proc/{proc.pid}/fd/{fd}") == "/dev/null", fd
+        for _ in range(3):
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+                s.sendall(get("/closed-std"))
+                r = read_response(s)
+                assert r.status == 200 and b"/closed-std" in r.body
+                s.sendall(get("/again"))
+                r = read_response(s)
+                assert r.status == 200 and b"/again" in r.body
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=15) == 0
