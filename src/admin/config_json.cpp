@@ -200,7 +200,8 @@ json::object upstream_json(const config::upstream_config& u) {
                    {"retry_budget", json::object{{"share", u.budget.share}, {"min", u.budget.min}}},
                    {"connect_timeout_ms", ms(u.connect_timeout)},
                    {"response_timeout_ms", ms(u.response_timeout)},
-                   {"max_idle", u.max_idle}};
+                   {"max_idle", u.max_idle},
+                   {"idle_timeout_ms", ms(u.idle_timeout)}};
   // The one-server form, as it was written.
   if (u.servers.size() == 1) out["address"] = u.servers.front().address.str();
   if (u.balance == config::balance::hash) out["hash_key"] = key_text(u.hash_key);

@@ -220,6 +220,7 @@ asio::awaitable<void> worker::sweep_deadlines() {
     ctx_.deadlines.sweep(deadline::clock::now());
     if (pending_ || !retired_.empty()) tend_limits(limit::now_ms());
     if (++ticks % 4 == 0) read_resets();
+    if (ticks % 20 == 0) pool_->close_expired(deadline::coarse_now);  // (every second)
     store_usable_.store(!limits_->redis || limits_->redis.connected(), std::memory_order_relaxed);
     if (limits_->redis.cluster) {
       auto states = limits_->redis.cluster->master_states();

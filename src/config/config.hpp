@@ -234,6 +234,9 @@ struct upstream_config {
   // again, goes to another server (Envoy's per_try_timeout).
   duration try_timeout{0};
   std::size_t max_idle = 64;  // per server
+  // An idle pooled connection is closed after this (nginx's upstream keepalive_timeout):
+  // set below the servers' own, so that they never close one as it is reused.
+  duration idle_timeout{60'000};
   upstream_tls_config tls;
 };
 

@@ -67,6 +67,7 @@ class upstream_loader {
     if (auto n = o.get("response_timeout"); present(n)) set(u.response_timeout, positive_duration(r_, n));
     if (auto n = o.get("try_timeout"); present(n)) set(u.try_timeout, positive_duration(r_, n));
     if (auto n = o.get("max_idle"); present(n)) set(u.max_idle, r_.unsigned_int(n, 0, 100000));
+    if (auto n = o.get("idle_timeout"); present(n)) set(u.idle_timeout, positive_duration(r_, n));
     if (auto n = o.get("tls"); present(n)) tls(n, u.tls);
   }
 

@@ -80,8 +80,9 @@ namespace {
 // close idle connections after seconds, not microseconds: a connection idle for less
 // than a second is taken as is (saving a syscall per request under load); the stale
 // retry covers the rare race.
-bool still_usable(connection& c, std::chrono::steady_clock::time_point now) {
+bool still_usable(connection& c, std::chrono::steady_clock::time_point now, std::chrono::milliseconds timeout) {
   if (c.buffer.size() != 0 || c.tls.holds_input()) return false;
+  if (now - c.idle_since >= timeout) return false;  // (between two of the sweeper's rounds)
   if (now - c.idle_since < std::chrono::seconds(1)) return true;
   return net::peek_input(c.socket.native_handle()) == net::pending_input::nothing;
 }
@@ -97,7 +98,7 @@ connection_ptr pool::take_idle(const config::upstream_config& upstream, deadline
     auto c = std::move(s->idle.back());
     s->idle.pop_back();
     idle_total_.store(idle_total_.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
-    if (still_usable(*c, now)) {
+    if (still_usable(*c, now, upstream.idle_timeout)) {
       c->reused = true;
       watch.upstream = &c->socket;
       return c;
@@ -178,6 +179,19 @@ void pool::close_idle() {
   for (auto& [name, s] : slots_)
     for (auto& sv : s.servers) sv.idle.clear();
   idle_total_.store(0, std::memory_order_relaxed);
+}
+
+void pool::close_expired(std::chrono::steady_clock::time_point now) {
+  bool closed = false;
+  for (auto& [name, s] : slots_)
+    for (auto& sv : s.servers) {
+      // (released at the back, taken from the back: the oldest are at the front)
+      auto fresh = std::find_if(sv.idle.begin(), sv.idle.end(),
+                                [&](const connection_ptr& c) { return now - c->idle_since < s.cfg.idle_timeout; });
+      closed |= fresh != sv.idle.begin();
+      sv.idle.erase(sv.idle.begin(), fresh);
+    }
+  if (closed) count_idle();
 }
 
 std::size_t pool::idle_count(std::string_view upstream) const {

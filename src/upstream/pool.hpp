@@ -53,6 +53,8 @@ class pool {
   void release(std::string_view upstream, connection_ptr c);
 
   void close_idle();
+  // Closes the connections idle for the upstream's idle_timeout or longer (the sweeper's).
+  void close_expired(std::chrono::steady_clock::time_point now);
   std::size_t idle_count(std::string_view upstream) const;
   // Idle connections of all upstreams; readable from any thread (for the metrics).
   std::size_t idle_total() const { return idle_total_.load(std::memory_order_relaxed); }

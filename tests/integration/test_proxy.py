@@ -224,6 +224,19 @@ def test_stale_pooled_connection_is_retried_for_idempotent_requests(gateway, ups
     assert upstream.stats()["connections"] == 2
 
 
+def test_idle_pooled_connection_is_closed_after_idle_timeout(gateway_factory, upstream):
+    """upstreams.<name>.idle_timeout: the gateway closes a pooled connection idle that
+    long, before an origin with a shorter keep-alive closes it under a request."""
+    g = gateway_factory(upstream_opts={"idle_timeout": "1s"})
+    upstream.reset()
+    assert g.request(get("/echo?n=1")).status == 200
+    assert upstream.stats()["connections"] == 1
+    # (the sweeper looks every second: closed within about two seconds of its last use)
+    assert wait_until(lambda: upstream.stats()["closed"] == 1, 10), upstream.stats()
+    assert g.request(get("/echo?n=2")).status == 200
+    assert upstream.stats()["connections"] == 2
+
+
 def test_stale_pooled_connection_is_not_retried_for_post(gateway, upstream):
     upstream.reset()
     with gateway.connect() as s:

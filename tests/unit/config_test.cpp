@@ -470,6 +470,7 @@ routes:                            # first match wins, in file order
   CHECK(c.upstreams[0].connect_timeout == 2s);
   CHECK(c.upstreams[0].response_timeout == 30s);
   CHECK(c.upstreams[0].max_idle == 64);
+  CHECK(c.upstreams[0].idle_timeout == 60s);  // default
 
   REQUIRE(c.routes.size() == 1);
   const auto& rt = c.routes[0];

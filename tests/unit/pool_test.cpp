@@ -1,6 +1,6 @@
 // upstream::pool against loopback acceptors: connect (and its error), release and
 // take_idle (reused, within max_idle, never one with bytes behind its response, never
-// one whose peer closed), the idle counts, close_idle, and a reload that keeps an
+// one whose peer closed), the idle counts, close_idle, idle_timeout, and a reload that keeps an
 // upstream's address keeping its connections while one that moves it drops them and
 // takes none made to the old address back.
 #include <catch2/catch.hpp>
@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <sys/socket.h>
 #include <exception>
 #include <string>
 #include <vector>
@@ -132,6 +133,36 @@ TEST_CASE("pool: an idle connection its peer closed is not handed out", "[pool]"
     fg::deadline::coarse_now += 5s;
   }
   CHECK(r.pool.idle_count("api") == 0);
+}
+
+TEST_CASE("pool: idle connections close after the upstream's idle_timeout, the oldest first", "[pool]") {
+  rig r;  // idle_timeout: the default, 60 s
+  boost::system::error_code ec;
+  auto c1 = r.connect(r.a, ec), c2 = r.connect(r.a, ec);
+  REQUIRE((c1 && c2));
+  const auto t0 = fg::deadline::coarse_now;
+  r.pool.release("api", std::move(c1));
+  fg::deadline::coarse_now = t0 + 30s;
+  r.pool.release("api", std::move(c2));
+  r.pool.close_expired(t0 + 59s);
+  CHECK(r.pool.idle_count("api") == 2);
+  r.pool.close_expired(t0 + 60s);  // the first one's time
+  CHECK(r.pool.idle_count("api") == 1);
+  CHECK(r.pool.idle_total() == 1);
+  // The origin sees that one closed, the other still open.
+  auto peer_closed = [](tcp::socket& s) {
+    char b;
+    return ::recv(s.native_handle(), &b, 1, MSG_DONTWAIT) == 0;
+  };
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (!peer_closed(r.accepted[0]))
+    if (std::chrono::steady_clock::now() > until) FAIL("the expired connection was not closed");
+  CHECK_FALSE(peer_closed(r.accepted[1]));
+  // Past its time between two of the sweeper's rounds: not handed out either.
+  fg::deadline::coarse_now = t0 + 95s;
+  CHECK(r.pool.take_idle(r.api(), *r.watch) == nullptr);
+  CHECK(r.pool.idle_total() == 0);
+  fg::deadline::coarse_now = t0;
 }
 
 TEST_CASE("pool: a refused connect is an error and no connection", "[pool]") {
