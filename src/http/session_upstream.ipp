@@ -198,6 +198,7 @@ asio::awaitable<typename session<Stream>::first_piece> session<Stream>::read_fir
   if (ec) out.refuse = ec == beast::error::timeout ? 408 : 400;
   // Over the limit already: refused with upstream having received nothing.
   else if (const auto max = rt_->cfg->http.max_body_bytes; max && out.bytes > max) out.refuse = 413;
+  else if (chunked && out.bytes > limit::body_bytes_left(limits_)) out.refuse = 429;
   co_return out;
 }
 
@@ -372,10 +373,13 @@ asio::awaitable<error_code> session<Stream>::send_rest_of_body(upstream::connect
   const bool chunked = ad_.framing.type == body_framing::kind::chunked;
   auto* vet = chunked ? &vetter_ : nullptr;
   auto& req = parser_->get();
-  auto too_large = [&] { return http.max_body_bytes && bytes_in_ > http.max_body_bytes; };
+  const std::uint64_t max = http.max_body_bytes ? http.max_body_bytes : ~std::uint64_t{0};
+  const std::uint64_t quota = chunked ? limit::body_bytes_left(limits_) : ~std::uint64_t{0};
+  auto too_large = [&] { return bytes_in_ > max || bytes_in_ > quota; };
+  auto too_large_error = [&] { return make_error_code(bytes_in_ > max ? body_errc::too_large : body_errc::over_quota); };
   bool last_sent = !chunked || parser_->is_done();  // went with the first piece
   while (!parser_->is_done()) {
-    if (too_large()) co_return make_error_code(body_errc::too_large);
+    if (too_large()) co_return too_large_error();
     req.body().data = body_buf();
     req.body().size = body_chunk;
     std::size_t piece = 0;
@@ -390,7 +394,7 @@ asio::awaitable<error_code> session<Stream>::send_rest_of_body(upstream::connect
     auto [wec, n] = co_await write_up(up, bufs, cfg.response_timeout);
     if (auto tec = timed(*watch_, wec)) co_return tec;
   }
-  if (too_large()) co_return make_error_code(body_errc::too_large);
+  if (too_large()) co_return too_large_error();
   if (!last_sent) {
     auto bufs = writes_.assign({}, nullptr, 0, true, true);
     auto [wec, n] = co_await write_up(up, bufs, cfg.response_timeout);

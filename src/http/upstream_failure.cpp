@@ -17,6 +17,7 @@ struct body_category_impl final : boost::system::error_category {
       case body_errc::too_large: return "request body over http.max_body_bytes";
       case body_errc::timeout: return "request body timed out";
       case body_errc::malformed: return "malformed request body";
+      case body_errc::over_quota: return "chunked request body over what its byte quota had left (cost: body_bytes)";
     }
     return "request body error";
   }
@@ -51,6 +52,7 @@ failure_action on_failure(stage at, boost::system::error_code ec, const exchange
       return may_retry ? failure_action{true, 0} : failure_action{false, 502, true, s.retry_safe};
     case stage::request_body:
       if (ec == body_errc::too_large) return {false, 413, false};
+      if (ec == body_errc::over_quota) return {false, 429, false};
       return {false, ec == body_errc::timeout ? 408u : 400u, false};
     case stage::response_head:
       // A try that ran out of its own time (try_timeout) may go to another server, as

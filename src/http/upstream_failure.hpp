@@ -17,7 +17,7 @@ enum class stage {
 };
 
 // The client's side of a request body going wrong, as errors of their own.
-enum class body_errc { too_large = 1, timeout, malformed };
+enum class body_errc { too_large = 1, timeout, malformed, over_quota };
 const boost::system::error_category& body_category();
 inline boost::system::error_code make_error_code(body_errc e) { return {static_cast<int>(e), body_category()}; }
 

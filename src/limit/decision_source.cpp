@@ -1,6 +1,7 @@
 #include "limit/decision_source.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include "config/config.hpp"
 
@@ -14,6 +15,19 @@ status decision_source::finish(limit_call& c, boost::system::error_code) { retur
 
 bool holds_lease(const limit_call& c, std::size_t i) {
   return c.checks[i].cfg->algo == config::algorithm::concurrency && c.decisions[i].allowed;
+}
+
+std::uint64_t body_bytes_left(const limit_call& c) {
+  std::uint64_t most = std::numeric_limits<std::uint64_t>::max();
+  if (!c.asked) return most;
+  for (std::size_t i = 0; i < c.checks.size() && i < c.decisions.size(); ++i) {
+    const auto& l = *c.checks[i].cfg;
+    const auto& d = c.decisions[i];
+    // (limit 0: a decision no store made, on_store_error: allow)
+    if (l.cost_from == config::limit_config::cost_kind::body_bytes && !l.shadow && d.allowed && d.limit > 0)
+      most = std::min(most, d.remaining + 1);
+  }
+  return most;
 }
 
 std::int64_t renewal_interval_ms(const limit_call& c) {

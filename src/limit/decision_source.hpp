@@ -101,6 +101,11 @@ class lease_guard {
 std::int64_t renewal_interval_ms(const limit_call& c);
 // Whether check i holds a concurrency lease (an allowed concurrency check).
 bool holds_lease(const limit_call& c, std::size_t i);
+// The most a body of unknown size (chunked) may bring under the call's byte quotas
+// (cost: body_bytes, enforced): what each one's decision left, with the 1 it took up
+// front; the largest number where there is none, or where no store decided (the
+// failure policy let the request through).
+std::uint64_t body_bytes_left(const limit_call& c);
 
 // What the decisions of a call that the store answered come to: over_limit when a limit
 // not in shadow mode denies, else ok (and then `source` holds the call's leases).

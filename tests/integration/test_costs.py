@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from conftest import get, wait_until
+from conftest import get, read_response, wait_until
 from stores import KINDS, store_gateway
 
 
@@ -73,11 +73,38 @@ def test_an_upload_quota_in_bytes(kind, request, gateway_factory):
     assert post(g, "a", b"x" * 300).status == 200
     r = post(g, "a", b"x" * 200)
     assert r.status == 429 and remaining(r) == 0
-    # A chunked body takes 1 up front, its size once read: past the quota, the balance
-    # is below zero and the next upload is refused.
-    assert post(g, "a", b"y" * 500, chunked=True).status == 200
-    assert post(g, "a", b"z" * 1).status == 429
+    # A chunked body takes 1 up front and the rest once read, but never more than the
+    # quota had left: 500 bytes with 100 left are refused.
+    assert post(g, "a", b"y" * 500, chunked=True).status == 429
     assert req(g, "a").status == 200  # a GET has no body: it takes nothing
+    # 60 bytes fit: 1 up front, 59 once read.
+    assert post(g, "b", b"y" * 60, chunked=True).status == 200
+    r = post(g, "b", b"z" * 1)
+    assert r.status == 200 and remaining(r) == 1000 - 60 - 1
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_chunked_upload_is_cut_where_it_passes_its_quota(kind, request, gateway_factory, upstream):
+    """A chunked body of unknown size may not go past what its byte quota had left: cut
+    mid-stream (upstream never gets its last chunk), 429, and charged what was read."""
+    g = store_gateway(kind, request, gateway_factory,
+                      routes=route(limit(numbers="limit: 100000\n        window: 1h", cost="body_bytes")))
+    upstream.reset()
+    with g.connect() as s:
+        s.sendall(b"POST /upload HTTP/1.1\r\nHost: x\r\nX-Client: a\r\nTransfer-Encoding: chunked\r\n\r\n")
+        chunk = b"8000\r\n" + b"q" * 0x8000 + b"\r\n"
+        try:
+            for _ in range(8):  # 256 KiB against 100,000 bytes
+                s.sendall(chunk)
+            s.sendall(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # (cut: the gateway may close before the rest is sent)
+        assert read_response(s).status == 429
+    assert upstream.stats()["requests"] == 0
+    # What was read is charged (at most the whole quota): the quota is spent. (One
+    # worker: the charge reaches the store before the next request does.)
+    assert post(g, "a", b"z" * 1000).status == 429
+    assert post(g, "b", b"z" * 1000).status == 200
 
 
 @pytest.mark.parametrize("kind", KINDS)

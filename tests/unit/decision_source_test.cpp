@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <functional>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -213,6 +214,29 @@ TEST_CASE("policy: no checks, no question, lease ids are unique and above the ba
   ask(p, f.call);
   CHECK(first > (7ull << 48));
   CHECK(f.call.lease == first + 1);
+}
+
+TEST_CASE("body_bytes_left: what the byte quotas' decisions left, the least of them, plus the 1 taken",
+          "[limit][policy]") {
+  using kind = cfg::limit_config::cost_kind;
+  auto bytes = [](std::string name, bool shadow = false) {
+    auto l = windowed(cfg::algorithm::fixed_window, 1000, 60000, std::move(name));
+    l.cost_from = kind::body_bytes;
+    l.shadow = shadow;
+    return l;
+  };
+  route_fixture f({bytes("a"), bytes("b"), windowed(cfg::algorithm::fixed_window, 10, 1000, "count"),
+                   bytes("shadow", true)});
+  constexpr auto none = std::numeric_limits<std::uint64_t>::max();
+  CHECK(fg::limit::body_bytes_left(f.call) == none);  // not asked yet
+  f.call.asked = true;
+  auto decided = [](std::uint64_t remaining) { return fg::limit::decision{true, 1000, remaining, 0, 0}; };
+  f.call.decisions = {decided(500), decided(99), decided(0), decided(3)};
+  CHECK(fg::limit::body_bytes_left(f.call) == 100);  // b's; not the count limit's, not the shadow one's
+  f.call.decisions[1] = fg::limit::decision{};        // the failure policy let it through: no store said
+  CHECK(fg::limit::body_bytes_left(f.call) == 501);
+  f.call.decisions[0] = fg::limit::decision{};
+  CHECK(fg::limit::body_bytes_left(f.call) == none);
 }
 
 TEST_CASE("lease_guard: a request whose handling throws gives its concurrency lease back (memory)",

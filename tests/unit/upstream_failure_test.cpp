@@ -36,6 +36,7 @@ TEST_CASE("upstream failures map to one retry, another server, or one status", "
   const error_code too_large = fg::http::make_error_code(fg::http::body_errc::too_large);
   const error_code body_timeout = fg::http::make_error_code(fg::http::body_errc::timeout);
   const error_code malformed = fg::http::make_error_code(fg::http::body_errc::malformed);
+  const error_code over_quota = fg::http::make_error_code(fg::http::body_errc::over_quota);
   const row table[] = {
       // at                  error     reused safe  first  begun  -> retry status upstream another
       {stage::connect,       refused,  false, true,  true,  false, false, 502, true, true},
@@ -49,6 +50,7 @@ TEST_CASE("upstream failures map to one retry, another server, or one status", "
       {stage::request_body,  too_large, true, false, true,  false, false, 413, false, false},
       {stage::request_body,  body_timeout, true, false, true, false, false, 408, false, false},
       {stage::request_body,  malformed, true, false, true,  false, false, 400, false, false},
+      {stage::request_body,  over_quota, true, false, true, false, false, 429, false, false},
       {stage::response_head, eos,      true,  true,  true,  false, true,  0, true, false},
       {stage::response_head, reset,    true,  true,  true,  false, true,  0, true, false},
       {stage::response_head, eof,      true,  true,  true,  false, true,  0, true, false},
