@@ -199,8 +199,27 @@ class session {
   next_try after_failure(const config::upstream_config& up_cfg, stage at, error_code ec, exchange_state& st,
                          upstream::connection_ptr& up);
   asio::awaitable<error_code> send_rest_of_body(upstream::connection& up, const config::upstream_config& cfg);
-  // A fresh parser for the response head (1xx other than 101 are read past).
-  void prepare_response_parser();
+  // A fresh parser for the response head (1xx other than 101 are read past). It lives in
+  // the session, not in a coroutine frame: Asio recycles frames only up to ~1 KiB, a
+  // larger frame costs a malloc per request.
+  void prepare_response_parser() {
+    rp_.emplace();
+    rp_->header_limit(64 * 1024);
+    rp_->body_limit(boost::none);
+    if (parser_->get().method() == bhttp::verb::head) rp_->skip(true);
+  }
+  // Interim answers (1xx) read past before a response: more is a 502 (Go's client stops
+  // at 5), so that an upstream cannot hold a request with 1xx alone.
+  static constexpr unsigned max_interim_responses = 8;
+  // After a response head was read: whether it is an interim answer to read past (1xx
+  // other than 101), `interim` counting them; past the most, `ec` says malformed.
+  bool read_past(error_code& ec, unsigned& interim) {
+    const auto code = rp_->get().result_int();
+    if (ec || code < 100 || code >= 200 || code == 101) return false;
+    if (++interim <= max_interim_responses) return true;
+    ec = bhttp::error::bad_status;
+    return false;
+  }
   asio::awaitable<outcome> relay_response(upstream::connection& up, const config::upstream_config& cfg,
                                           bool& reusable);
   asio::awaitable<outcome> run_upgrade(upstream::connection& up, unsigned status);

@@ -318,16 +318,15 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
     // (an early answer's client connection then closes, and the upstream's is not pooled)
     const auto send_ec = ec;
     if ((early_answer_ = up && may_have_answered(at, ad_.has_body(), ec))) ec = {};
-    // The response head; 1xx other than 101 are read past.
-    for (bool more = !ec; more;) {
+    // The response head; 1xx other than 101 are read past, up to max_interim_responses.
+    unsigned interim = 0;
+    for (bool more = !ec; more; more = read_past(ec, interim)) {
       at = stage::response_head;
       prepare_response_parser();
       std::size_t unused = 0;
       const auto left = try_left(up_cfg, try_end);
       ec = co_await read_into(*watch_, *up, up->buffer, *rp_, left, unused, true);
       st.try_expired = ec == beast::error::timeout && left < up_cfg.response_timeout;
-      const auto code = rp_->get().result_int();
-      more = !ec && code >= 100 && code < 200 && code != 101;
     }
     if (ec && early_answer_) ec = send_ec, at = stage::send;  // no answer came: the write's failure is the try's
     if (!ec) break;
@@ -401,16 +400,6 @@ asio::awaitable<error_code> session<Stream>::send_rest_of_body(upstream::connect
     co_return timed(*watch_, wec);
   }
   co_return error_code{};
-}
-
-// The parser lives in the session, not in a coroutine frame: Asio recycles frames only
-// up to ~1 KiB, a larger frame costs a malloc per request.
-template <class Stream>
-void session<Stream>::prepare_response_parser() {
-  rp_.emplace();
-  rp_->header_limit(64 * 1024);
-  rp_->body_limit(boost::none);
-  if (parser_->get().method() == bhttp::verb::head) rp_->skip(true);
 }
 
 template <class Stream>

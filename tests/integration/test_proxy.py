@@ -172,6 +172,18 @@ def test_expect_100_continue(gateway):
         assert r.status == 200 and r.json()["length"] == 11
 
 
+def test_upstream_interim_answers_are_read_past_up_to_a_bound(gateway):
+    """An upstream's 1xx (103 Early Hints here) are read past, not relayed; more than 8
+    before a response is a 502, so that 1xx alone never hold a request."""
+    with gateway.connect() as s:
+        s.sendall(get("/interim?n=8"))
+        r = read_response(s, skip_informational=False)
+        assert r.status == 200 and r.body == b"after interim"
+        s.sendall(get("/interim?n=9"))
+        assert read_response(s, skip_informational=False).status == 502
+    assert "bad status" in gateway.log_text()
+
+
 def test_expect_other_is_417(gateway):
     r = gateway.request(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nExpect: magic\r\n\r\nx")
     assert r.status == 417

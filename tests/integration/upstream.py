@@ -13,6 +13,7 @@ Endpoints (any method):
   /close-truncated  the same, but over TLS without a close_notify (cut short)
   /ws               WebSocket handshake, then echoes every frame back
   /status?code=N    answers status N
+  /interim?n=N      N interim answers (103 Early Hints), then 200
   /early-413        answers 413 at once, before the body, and closes with it unread
   /cost?n=N&ms=M    answers 200 with X-Cost: N (after M ms, 0 by default)
   /close-after?ms=N answers, then closes the idle connection after N ms
@@ -258,6 +259,11 @@ def handle(conn):
             # a response that says what it cost (a limit's charge: response_header:X-Cost)
             time.sleep(int(q.get("ms", "0")) / 1000)
             respond(conn.sock, 200, b"costed", [("X-Cost", q.get("n", "1"))])
+        elif path == "/interim":
+            # N interim answers (103 Early Hints), then the response
+            for _ in range(int(q.get("n", "1"))):
+                conn.sock.sendall(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n")
+            respond(conn.sock, 200, b"after interim")
         elif path == "/status":
             code = int(q.get("code", "200"))
             respond(conn.sock, code, b"status", reason="Whatever")
