@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <cstddef>
 
 #include "upstream/send_batch.hpp"
@@ -234,10 +235,14 @@ TEST_CASE("send_batch: where io_uring is refused, trying it closes no descriptor
   struct stat before {};
   REQUIRE(::fstat(0, &before) == 0);
   bool refused = false, active = true, fd0_open = false, fd0_same = false;
+  int why = 0;  // (errno of the thread that tried the filter)
   // A thread of its own: its send_batch has not tried the ring yet, and the filter stays with it.
   std::thread t([&] {
     refused = refuse_io_uring_on_this_thread();
-    if (!refused) return;
+    if (!refused) {
+      why = errno;
+      return;
+    }
     send_batch::collect sends;
     active = sends.active();
     struct stat after {};
@@ -252,7 +257,10 @@ TEST_CASE("send_batch: where io_uring is refused, trying it closes no descriptor
     ::close(0);
   }
   ::close(null_fd);
-  REQUIRE(refused);
+  if (!refused) {
+    WARN("a seccomp filter cannot be set here (" << std::strerror(why) << "): not tested");
+    return;
+  }
   CHECK_FALSE(active);
   CHECK(fd0_open);
   CHECK(fd0_same);
