@@ -230,7 +230,7 @@ void build_upstream_request(const bhttp::request_header<>& h, const forward_cont
   out.append("\r\n");
 }
 
-void build_downstream_response(const bhttp::response_header<>& h, const response_context& ctx, std::string& out) {
+bool build_downstream_response(const bhttp::response_header<>& h, const response_context& ctx, std::string& out) {
   char num[24];
   auto [p, ec] = std::to_chars(num, num + sizeof num, h.result_int());
   out.append(ctx.client_version >= 11 ? "HTTP/1.1 " : "HTTP/1.0 ")
@@ -240,8 +240,13 @@ void build_downstream_response(const bhttp::response_header<>& h, const response
   if (reason.empty()) reason = bhttp::obsolete_reason(h.result());
   out.append(reason).append("\r\n");
   connection_tokens conn(h);
+  unsigned codings = 0;  // Transfer-Encoding fields, and whether each said `chunked` alone
+  bool chunked_only = true;
   for (const auto& f : h) {
-    if (always_hop_by_hop(f.name())) continue;
+    if (always_hop_by_hop(f.name())) {
+      if (f.name() == bhttp::field::transfer_encoding) ++codings, chunked_only = chunked_only && iequals(f.value(), "chunked");
+      continue;
+    }
     if (!conn.empty() && conn.contains(f.name_string())) continue;
     append_field(out, f.name_string(), f.value());
   }
@@ -267,6 +272,7 @@ void build_downstream_response(const bhttp::response_header<>& h, const response
   }
   out.append(ctx.extra);
   out.append("\r\n");
+  return codings <= 1 && chunked_only;
 }
 
 void make_request_id(std::string& id) {

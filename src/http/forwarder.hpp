@@ -50,8 +50,10 @@ struct response_context {
   std::string_view extra;     // raw "Name: value\r\n" lines appended (rate-limit headers)
 };
 
-// The response head sent downstream. Appends to `out`.
-void build_downstream_response(const boost::beast::http::response_header<>& h, const response_context& ctx,
+// The response head sent downstream. Appends to `out`. False when the upstream named a
+// transfer coding other than one `chunked` (the body, framed anew, would reach the client
+// undone; beside a Content-Length, the framing is ambiguous).
+bool build_downstream_response(const boost::beast::http::response_header<>& h, const response_context& ctx,
                                std::string& out);
 
 // Does the request ask for the one protocol upgrade we tunnel, WebSocket (a GET with

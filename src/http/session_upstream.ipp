@@ -420,7 +420,12 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::relay_respon
   }
   plan.rc.extra = limits_.headers;
   head_out_.clear();
-  build_downstream_response(res.base(), plan.rc, head_out_);
+  // A coding other than chunked would reach the client undone and unnamed (the body is
+  // framed anew), and beside a Content-Length it is ambiguous: a 502, as nginx answers it.
+  if (!build_downstream_response(res.base(), plan.rc, head_out_) && plan.body_expected) {
+    spdlog::warn("upstream {}: a response's Transfer-Encoding other than chunked", cfg.name);
+    co_return co_await send_local(502, false);
+  }
   const bool down_chunked = plan.rc.framing == response_framing::chunked;
   char* buf = body_buf();
   exchange_state st;

@@ -184,6 +184,16 @@ def test_upstream_interim_answers_are_read_past_up_to_a_bound(gateway):
     assert "bad status" in gateway.log_text()
 
 
+def test_a_response_coded_other_than_chunked_is_502(gateway):
+    """A response's transfer coding other than chunked (gzip, or gzip then chunked) would
+    reach the client undone and unnamed, the body being framed anew: 502, as nginx."""
+    r = gateway.request(get("/te?v=chunked"))
+    assert r.status == 200 and r.body == b"coded"
+    for v in ("gzip", "gzip,%20chunked", "gzip|chunked"):
+        assert gateway.request(get(f"/te?v={v}")).status == 502, v
+    assert "Transfer-Encoding other than chunked" in gateway.log_text()
+
+
 def test_expect_other_is_417(gateway):
     r = gateway.request(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nExpect: magic\r\n\r\nx")
     assert r.status == 417

@@ -14,6 +14,8 @@ Endpoints (any method):
   /ws               WebSocket handshake, then echoes every frame back
   /status?code=N    answers status N
   /interim?n=N      N interim answers (103 Early Hints), then 200
+  /te?v=V[|V2]      a response with Transfer-Encoding: V (a field per value), chunked when
+                    the last coding is chunked, else ended by the close
   /early-413        answers 413 at once, before the body, and closes with it unread
   /cost?n=N&ms=M    answers 200 with X-Cost: N (after M ms, 0 by default)
   /close-after?ms=N answers, then closes the idle connection after N ms
@@ -259,6 +261,14 @@ def handle(conn):
             # a response that says what it cost (a limit's charge: response_header:X-Cost)
             time.sleep(int(q.get("ms", "0")) / 1000)
             respond(conn.sock, 200, b"costed", [("X-Cost", q.get("n", "1"))])
+        elif path == "/te":
+            # a response framed by Transfer-Encoding: V (each of several V: a field each),
+            # chunked when the last is chunked, else delimited by the close
+            values = q.get("v", "chunked").split("|")
+            head = "HTTP/1.1 200 OK\r\n" + "".join(f"Transfer-Encoding: {v}\r\n" for v in values) + "\r\n"
+            body = b"5\r\ncoded\r\n0\r\n\r\n" if values[-1].split(",")[-1].strip() == "chunked" else b"coded"
+            conn.sock.sendall(head.encode() + body)
+            return
         elif path == "/interim":
             # N interim answers (103 Early Hints), then the response
             for _ in range(int(q.get("n", "1"))):

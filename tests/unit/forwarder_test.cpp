@@ -542,6 +542,23 @@ TEST_CASE("build_downstream_response: framing restated", "[forwarder]") {
   }
 }
 
+TEST_CASE("build_downstream_response: a transfer coding other than one chunked is reported", "[forwarder]") {
+  response_context c;
+  c.framing = response_framing::chunked;
+  auto ok = [&](std::string_view raw) {
+    std::string out;
+    return build_downstream_response(parse_response(raw), c, out);
+  };
+  CHECK(ok("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n"));
+  CHECK(ok("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"));
+  CHECK(ok("HTTP/1.1 200 OK\r\nTransfer-Encoding: CHUNKED\r\n\r\n"));
+  CHECK_FALSE(ok("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n"));
+  CHECK_FALSE(ok("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"));
+  CHECK_FALSE(ok("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n"));
+  // Beast takes this one (its Content-Length frames it): ambiguous, reported all the same.
+  CHECK_FALSE(ok("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nContent-Length: 5\r\n\r\n"));
+}
+
 TEST_CASE("build_downstream_response: extra lines appended", "[forwarder]") {
   response_context c;
   c.framing = response_framing::length;
