@@ -76,14 +76,14 @@ std::optional<std::size_t> pool::pick(const config::upstream_config& upstream, c
 
 namespace {
 
-// A pooled connection is dead if the peer closed it or sent unsolicited bytes. Origins
-// close idle connections after seconds, not microseconds: a connection idle for less
-// than a second is taken as is (saving a syscall per request under load); the stale
-// retry covers the rare race.
+// A pooled connection is dead if the peer closed it or sent bytes nobody asked for (a
+// late second response would otherwise be read as the next request's answer). Its
+// socket is looked at on every reuse, however short the idle time: bytes that came
+// after the last response was read are seen by nothing else (nginx keeps a read handler
+// on its idle connections for this). One system call per reuse: see docs/benchmarks.md.
 bool still_usable(connection& c, std::chrono::steady_clock::time_point now, std::chrono::milliseconds timeout) {
   if (c.buffer.size() != 0 || c.tls.holds_input()) return false;
   if (now - c.idle_since >= timeout) return false;  // (between two of the sweeper's rounds)
-  if (now - c.idle_since < std::chrono::seconds(1)) return true;
   return net::peek_input(c.socket.native_handle()) == net::pending_input::nothing;
 }
 

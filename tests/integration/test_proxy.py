@@ -1,4 +1,5 @@
 """Forwarding behaviour: headers, keep-alive, pipelining, framing both ways."""
+import json
 import socket
 import time
 
@@ -232,18 +233,34 @@ def test_access_log_json(gateway_factory):
     assert rec["upstream_ms"] >= 0 and rec["bytes_out"] > 0
 
 
-def test_stale_pooled_connection_is_retried_for_idempotent_requests(gateway, upstream):
+def test_pooled_connection_the_upstream_closed_while_idle_is_not_used(gateway, upstream):
+    """A pooled connection the origin closed while it idled is seen closed when it is
+    next wanted, however soon: a request of any method goes out on a new one."""
     upstream.reset()
     with gateway.connect() as s:
         rd = Reader(s)
         s.sendall(get("/close-after?ms=50"))
         assert read_response(s, reader=rd).body == b"bye"
-        # the pooled upstream connection is now closed by the upstream
         assert wait_until(lambda: upstream.stats()["closed"] == 1, 5), upstream.stats()
+        s.sendall(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
+        r = read_response(s, reader=rd)
+        assert r.status == 200 and r.json()["length"] == 3
+    assert upstream.stats()["connections"] == 2
+
+
+def test_stale_pooled_connection_is_retried_for_idempotent_requests(gateway, upstream):
+    """A pooled connection the origin closes as the request arrives (its keep-alive ran
+    out then): an idempotent request without a body is sent again on a new one."""
+    upstream.reset()
+    with gateway.connect() as s:
+        rd = Reader(s)
+        s.sendall(get("/drop-next"))
+        assert read_response(s, reader=rd).body == b"armed"
         s.sendall(get("/echo?after=stale"))
         r = read_response(s, reader=rd)
         assert r.status == 200 and r.json()["target"] == "/echo?after=stale"
-    assert upstream.stats()["connections"] == 2
+    st = upstream.stats()
+    assert st["connections"] == 2 and st["dropped"] == 1, st
 
 
 def test_idle_pooled_connection_is_closed_after_idle_timeout(gateway_factory, upstream):
@@ -259,13 +276,30 @@ def test_idle_pooled_connection_is_closed_after_idle_timeout(gateway_factory, up
     assert upstream.stats()["connections"] == 2
 
 
+def test_response_an_idle_pooled_connection_was_sent_unasked_reaches_nobody(gateway, upstream):
+    """Bytes an upstream sends on a pooled connection while it is idle (here a whole
+    second response, sent 50 ms after the first) are not the next request's answer:
+    the connection is closed and the next request goes out on another, however soon it
+    comes (nginx drops such a connection at once)."""
+    upstream.reset()
+    r = gateway.request(get("/late-extra?ms=50"))
+    assert r.status == 200 and r.body == b"asked"
+    assert wait_until(lambda: upstream.stats()["late_sent"] == 1, 5), upstream.stats()
+    for n in range(3):
+        r = gateway.request(get(f"/echo?n={n}"))
+        assert r.status == 200 and b"not asked" not in r.body, r.body
+        assert r.header("X-Unasked") is None
+        assert json.loads(r.body)["target"] == f"/echo?n={n}"
+    assert upstream.stats()["connections"] == 2
+
+
 def test_stale_pooled_connection_is_not_retried_for_post(gateway, upstream):
     upstream.reset()
     with gateway.connect() as s:
         rd = Reader(s)
-        s.sendall(get("/close-after?ms=50"))
+        s.sendall(get("/drop-next"))
         assert read_response(s, reader=rd).status == 200
-        assert wait_until(lambda: upstream.stats()["closed"] == 1, 5), upstream.stats()
         s.sendall(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
         # a POST may have had effects upstream: never replayed, answered 502
         assert read_response(s, reader=rd).status == 502
+    assert upstream.stats()["dropped"] == 1

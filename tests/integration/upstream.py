@@ -19,13 +19,18 @@ Endpoints (any method):
   /early-413        answers 413 at once, before the body, and closes with it unread
   /cost?n=N&ms=M    answers 200 with X-Cost: N (after M ms, 0 by default)
   /close-after?ms=N answers, then closes the idle connection after N ms
+  /drop-next        answers, then closes the connection when the next request on it has
+                    arrived, without answering it (counted as "dropped"): an origin whose
+                    keep-alive ran out as the request came
+  /late-extra?ms=N  answers, then after N ms sends a whole second response nobody asked
+                    for on the idle connection (counted as "late_sent"), and goes on
   /upgrade-any      with an Upgrade header: 101 with that Upgrade value (as Tomcat does
                     for h2c), then a raw tunnel echoing every byte back; without: as /echo
   /force-101        always 101 with Upgrade: h2c, then a raw tunnel echoing every byte back
   /__check          the status /__health set (200 at first), counted as a health check,
                     not as a request
 Control, on a second port so it is never counted: GET /__stats -> {"connections",
-"requests", "bytes", "closed", "health_checks"} (closed: connections ended, by either
+"requests", "bytes", "closed", "health_checks", "late_sent", "dropped"} (closed: connections ended, by either
 side); GET /__reset; GET /__health?code=N (what /__check answers from now on).
 Prints "PORT <main> <control>" on stdout once listening.
 
@@ -47,7 +52,7 @@ from urllib.parse import parse_qs, urlsplit
 
 lock = threading.Lock()
 stats = {"connections": 0, "requests": 0, "bytes": 0, "closed": 0, "health_checks": 0, "tls_handshakes": 0,
-         "tls_resumed": 0, "tls_client": ""}
+         "tls_resumed": 0, "tls_client": "", "late_sent": 0, "dropped": 0}
 health = {"code": 200}
 
 
@@ -57,6 +62,7 @@ class Conn:
         self.buf = b""
         self.number = number
         self.control = False
+        self.drop_next = False
 
     def fill(self):
         data = self.sock.recv(65536)
@@ -199,6 +205,10 @@ def handle(conn):
                 # every 4096th byte of the body, whatever the piece boundaries
                 total = (total + sum(piece[(-length) % 4096::4096])) & 0xFFFFFFFF
             length += len(piece)
+        if conn.drop_next:
+            with lock:
+                stats["dropped"] += 1
+            return
         # Counted once the whole request (head and body) has arrived.
         with lock:
             stats["requests"] += 1
@@ -257,6 +267,17 @@ def handle(conn):
             respond(conn.sock, 200, b"bye")
             time.sleep(int(q.get("ms", "100")) / 1000)
             return
+        elif path == "/drop-next":
+            respond(conn.sock, 200, b"armed")
+            conn.drop_next = True
+        elif path == "/late-extra":
+            # a keep-alive answer, then, on the idle connection, a response nobody asked
+            # for: a pool that reused the connection would hand it to the next request
+            respond(conn.sock, 200, b"asked")
+            time.sleep(int(q.get("ms", "50")) / 1000)
+            conn.sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\nX-Unasked: yes\r\n\r\nnot asked")
+            with lock:
+                stats["late_sent"] += 1
         elif path == "/cost":
             # a response that says what it cost (a limit's charge: response_header:X-Cost)
             time.sleep(int(q.get("ms", "0")) / 1000)
