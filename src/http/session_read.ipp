@@ -373,6 +373,18 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::refuse(limit
                                 limit::content_type(route.response));
 }
 
+// A chunked body cut where it passed what its byte quotas had left (cost: body_bytes),
+// `bytes` read: those limits' refusal, as refuse() answers it, with Retry-After at their
+// reset. The connection then closes (the rest of the body is unread).
+template <class Stream>
+asio::awaitable<typename session<Stream>::outcome> session<Stream>::refuse_over_quota(std::uint64_t bytes) {
+  limit::deny_over_body_quota(limits_, bytes);
+  limits_.headers.clear();
+  limit::append_rate_headers(limits_.headers, limits_.route->response.headers, limits_.checks, limits_.decisions,
+                             true);
+  co_return co_await refuse(limit::status::over_limit);
+}
+
 // The costs known once the upstream answered (`res`; null when the exchange failed
 // before a response), charged to the limits that decided the request: a response
 // header's number (charge: response_header:<Name>), and the rest of a chunked body

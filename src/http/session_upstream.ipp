@@ -273,8 +273,7 @@ std::optional<std::uint64_t> session<Stream>::balance_key(const config::upstream
 template <class Stream>
 asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
   const auto& req = parser_->get();
-  const auto& cfg = *rt_->cfg;
-  const auto& route = cfg.routes[static_cast<std::size_t>(ad_.route)];
+  const auto& route = rt_->cfg->routes[static_cast<std::size_t>(ad_.route)];
   const auto& up_cfg = rt_->upstreams[route.upstream_index];
   const bool upgrade = ad_.has_upgrade && !ad_.has_body() && is_upgrade_request(req.base());
   build_request_head(route, upgrade);
@@ -283,6 +282,7 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
   if (ad_.has_body()) {
     const auto first = co_await read_first_piece();
     if (first.client_gone) co_return outcome::closed;
+    if (first.refuse == 429) co_return co_await refuse_over_quota(first.bytes);  // (upstream got none: not charged)
     if (first.refuse) co_return co_await send_local(first.refuse, false);
     piece = first.bytes;
   }
@@ -332,6 +332,7 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
     if (!ec) break;
     const auto next = after_failure(up_cfg, at, ec, st, up);
     idle_ok = next.idle_ok;
+    if (next.status == 429) co_return co_await refuse_over_quota(bytes_in_);  // (after_failure charged it)
     if (!next.again) co_return co_await send_local(next.status, false);
   }
   head_arrived(route, t0);

@@ -106,6 +106,10 @@ bool holds_lease(const limit_call& c, std::size_t i);
 // front; the largest number where there is none, or where no store decided (the
 // failure policy let the request through).
 std::uint64_t body_bytes_left(const limit_call& c);
+// A chunked body that brought `bytes`, more than body_bytes_left allowed: each byte
+// quota it passed becomes a denial (nothing left, a retry at its reset), so that the
+// answer is the route's refusal, with its rate-limit fields.
+void deny_over_body_quota(limit_call& c, std::uint64_t bytes);
 
 // What the decisions of a call that the store answered come to: over_limit when a limit
 // not in shadow mode denies, else ok (and then `source` holds the call's leases).

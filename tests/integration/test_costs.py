@@ -75,7 +75,10 @@ def test_an_upload_quota_in_bytes(kind, request, gateway_factory):
     assert r.status == 429 and remaining(r) == 0
     # A chunked body takes 1 up front and the rest once read, but never more than the
     # quota had left: 500 bytes with 100 left are refused.
-    assert post(g, "a", b"y" * 500, chunked=True).status == 429
+    r = post(g, "a", b"y" * 500, chunked=True)
+    # (the route's refusal: its body, RateLimit fields and Retry-After, as any 429's)
+    assert r.status == 429 and remaining(r) == 0 and int(r.header("retry-after")) >= 1, r.headers
+    assert json.loads(r.body)["violated-policies"] == ["quota"], r.body
     assert req(g, "a").status == 200  # a GET has no body: it takes nothing
     # 60 bytes fit: 1 up front, 59 once read.
     assert post(g, "b", b"y" * 60, chunked=True).status == 200
@@ -99,7 +102,9 @@ def test_a_chunked_upload_is_cut_where_it_passes_its_quota(kind, request, gatewa
             s.sendall(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError):
             pass  # (cut: the gateway may close before the rest is sent)
-        assert read_response(s).status == 429
+        r = read_response(s)
+        assert r.status == 429 and remaining(r) == 0 and int(r.header("retry-after")) >= 1, r.headers
+        assert r.header("connection") == "close"  # (the rest of the body is unread)
     assert upstream.stats()["requests"] == 0
     # What was read is charged (at most the whole quota): the quota is spent. (One
     # worker: the charge reaches the store before the next request does.)

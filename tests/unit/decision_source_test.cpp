@@ -239,6 +239,35 @@ TEST_CASE("body_bytes_left: what the byte quotas' decisions left, the least of t
   CHECK(fg::limit::body_bytes_left(f.call) == none);
 }
 
+TEST_CASE("deny_over_body_quota: the byte quotas a body passed become denials, retried at their reset",
+          "[limit][policy]") {
+  using kind = cfg::limit_config::cost_kind;
+  auto bytes = [](std::string name, bool shadow = false) {
+    auto l = windowed(cfg::algorithm::fixed_window, 1000, 60000, std::move(name));
+    l.cost_from = kind::body_bytes;
+    l.shadow = shadow;
+    return l;
+  };
+  route_fixture f({bytes("a"), bytes("b"), windowed(cfg::algorithm::fixed_window, 10, 1000, "count"),
+                   bytes("shadow", true), bytes("unstored")});
+  f.call.asked = true;
+  auto decided = [](std::uint64_t remaining, std::int64_t reset) {
+    return fg::limit::decision{true, 1000, remaining, reset, 0};
+  };
+  f.call.decisions = {decided(500, 7000), decided(99, 0), decided(0, 900), decided(3, 900), fg::limit::decision{}};
+  fg::limit::deny_over_body_quota(f.call, 200);  // past b's 100, within a's 501
+  CHECK(f.call.decisions[0].allowed);
+  CHECK(!f.call.decisions[1].allowed);
+  CHECK(f.call.decisions[1].remaining == 0);
+  CHECK(f.call.decisions[1].retry_ms == 1);  // (a reset of 0: at least 1 ms)
+  CHECK(f.call.decisions[2].allowed);        // not a byte quota
+  CHECK(f.call.decisions[3].allowed);        // shadow: reported, never enforced
+  CHECK(f.call.decisions[4].allowed);        // no store decided (the failure policy let it through)
+  fg::limit::deny_over_body_quota(f.call, 600);
+  CHECK(!f.call.decisions[0].allowed);
+  CHECK(f.call.decisions[0].retry_ms == 7000);
+}
+
 TEST_CASE("lease_guard: a request whose handling throws gives its concurrency lease back (memory)",
           "[limit][policy]") {
   fg::store::memory_store store;
