@@ -90,8 +90,14 @@ void send_batch::submit() {
 
 void send_batch::flush() {
   if (queued_.empty()) return;
-  auto writes = std::move(queued_);
-  queued_.clear();
+  // (the two lists trade places: what is sent is taken out of `queued_`, which keeps
+  // the other's storage, so that a turn's writes allocate nothing once they have grown)
+  auto& writes = sending_;
+  writes.swap(queued_);
+  struct clear_after {
+    std::vector<write>& w;
+    ~clear_after() { w.clear(); }
+  } clear{writes};
   // One write alone goes as an ordinary one: the ring saves nothing then.
   if (writes.size() == 1) {
     auto& w = writes.front();
@@ -104,17 +110,21 @@ void send_batch::flush() {
 
 void send_batch::send_on_ring(std::span<write> writes, std::vector<int>& results) {
   const std::size_t n = writes.size();
-  std::vector<std::vector<iovec>> iovs(n);
-  std::vector<msghdr> msgs(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    for (const auto& b : writes[i].bufs) iovs[i].push_back({const_cast<void*>(b.data()), b.size()});
-    msgs[i] = {};
-    msgs[i].msg_iov = iovs[i].data();
-    msgs[i].msg_iovlen = iovs[i].size();
+  // (the scratch vectors are the batch's, kept from one send to the next: no allocation
+  // once they have grown; sized before any pointer into them is taken)
+  std::size_t pieces = 0;
+  for (const auto& w : writes) pieces += w.bufs.size();
+  iov_.resize(pieces);
+  msgs_.resize(n);
+  for (std::size_t i = 0, at = 0; i < n; ++i) {
+    msgs_[i] = {};
+    msgs_[i].msg_iov = iov_.data() + at;
+    msgs_[i].msg_iovlen = writes[i].bufs.size();
+    for (const auto& b : writes[i].bufs) iov_[at++] = {const_cast<void*>(b.data()), b.size()};
     auto* sqe = io_uring_get_sqe(&ring_->r);  // the ring has room: at most ring_entries per call
     // MSG_DONTWAIT: a socket that cannot take the data answers -EAGAIN at once, so every
     // send completes within the submission and the worker never waits on the ring.
-    io_uring_prep_sendmsg(sqe, writes[i].socket->native_handle(), &msgs[i], MSG_DONTWAIT | MSG_NOSIGNAL);
+    io_uring_prep_sendmsg(sqe, writes[i].socket->native_handle(), &msgs_[i], MSG_DONTWAIT | MSG_NOSIGNAL);
     io_uring_sqe_set_data64(sqe, i);
   }
   // Submitted sends complete inside the submission (MSG_DONTWAIT), so waiting for
@@ -148,7 +158,8 @@ void send_batch::send_on_ring(std::span<write> writes, std::vector<int>& results
 void send_batch::send(std::span<write> writes) {
   const std::size_t n = writes.size();
   // What each send returned; -EAGAIN where it did not go through the ring (sent as before).
-  std::vector<int> results(n, -EAGAIN);
+  auto& results = results_;
+  results.assign(n, -EAGAIN);
   if (ring_) send_on_ring(writes, results);
   for (std::size_t i = 0; i < n; ++i) {
     auto& w = writes[i];

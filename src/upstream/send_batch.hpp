@@ -4,6 +4,8 @@
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/system/error_code.hpp>
+#include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <memory>
 #include <span>
@@ -84,6 +86,10 @@ class send_batch {
   std::unique_ptr<ring> ring_;
   bool tried_ = false;
   std::vector<write> queued_;
+  std::vector<write> sending_;  // flush's: what queued_ held
+  std::vector<int> results_;  // send's and send_on_ring's scratch
+  std::vector<iovec> iov_;
+  std::vector<msghdr> msgs_;
   boost::asio::any_io_executor turns_;  // in_turns: where the sending of a turn is posted
   bool flush_posted_ = false;
 };
