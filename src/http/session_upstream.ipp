@@ -141,8 +141,9 @@ auto session<Stream>::write_up(upstream::connection& up, std::span<const asio::c
   return asio::async_initiate<decltype(deferred_tuple), void(error_code, std::size_t)>(
       [&up, bufs](auto handler) {
         // Resumed with a batch from Redis: the batch's writes go out together (in plain TCP).
+        const bool look = std::exchange(up.look_on_send, false);  // (see upstream::pool)
         if (up.tls) asio::async_write(up, bufs, std::move(handler));
-        else if (auto* batch = upstream::send_batch::current()) batch->add(up.socket, bufs, std::move(handler));
+        else if (auto* batch = upstream::send_batch::current()) batch->add(up.socket, bufs, std::move(handler), look);
         else asio::async_write(up.socket, bufs, std::move(handler));
       },
       deferred_tuple);

@@ -49,6 +49,9 @@ failure_action on_failure(stage at, boost::system::error_code ec, const exchange
     // A write that timed out is not tried again: the request would wait twice as long.
     case stage::send:
       if (timed_out(ec)) return {false, 502};
+      // A pooled connection the batch's look found stale before sending anything
+      // (upstream::send_batch::stale_connection): any request goes again, afresh.
+      if (ec == boost::asio::error::not_connected && s.reused && s.first) return {true, 0};
       return may_retry ? failure_action{true, 0} : failure_action{false, 502, true, s.retry_safe};
     case stage::request_body:
       if (ec == body_errc::too_large) return {false, 413, false};

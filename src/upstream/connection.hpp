@@ -28,6 +28,7 @@ struct connection {
   tls::channel tls;  // empty: plain TCP
   boost::beast::flat_buffer buffer{64 * 1024};
   bool reused = false;  // came from the idle pool (may have been closed by the peer)
+  bool look_on_send = false;  // taken without a look at its socket: its send looks first (send_batch)
   std::chrono::steady_clock::time_point idle_since{};
   std::uint64_t address_id = 0;  // which server address of its upstream it is connected to (see pool)
   std::size_t server = 0;        // that server's position in the upstream's servers

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include "net/peek.hpp"
+#include "upstream/send_batch.hpp"
 #include "util/asio.hpp"
 
 namespace fg::upstream {
@@ -80,11 +81,15 @@ namespace {
 // late second response would otherwise be read as the next request's answer). Its
 // socket is looked at on every reuse, however short the idle time: bytes that came
 // after the last response was read are seen by nothing else (nginx keeps a read handler
-// on its idle connections for this). One system call per reuse: see docs/benchmarks.md.
+// on its idle connections for this). Where the request's write will be batched (plain
+// TCP, send_batch::current()), the batch looks, at all its writes' sockets in one
+// submission (send_batch::add's look_first): no system call of its own under load.
+// Else here, one.
 bool still_usable(connection& c, std::chrono::steady_clock::time_point now, std::chrono::milliseconds timeout) {
   if (c.buffer.size() != 0 || c.tls.holds_input()) return false;
   if (now - c.idle_since >= timeout) return false;  // (between two of the sweeper's rounds)
-  return net::peek_input(c.socket.native_handle()) == net::pending_input::nothing;
+  c.look_on_send = !c.tls && send_batch::current();
+  return c.look_on_send || net::peek_input(c.socket.native_handle()) == net::pending_input::nothing;
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "upstream/send_batch.hpp"
 
+#include <boost/asio/error.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/buffers_suffix.hpp>
@@ -10,6 +11,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 namespace fg::upstream {
 
@@ -71,8 +73,13 @@ bool send_batch::open() {
   return ring_ != nullptr;
 }
 
-void send_batch::add(boost::asio::ip::tcp::socket& s, std::span<const boost::asio::const_buffer> bufs, handler h) {
-  queued_.push_back({&s, bufs, std::move(h)});
+boost::system::error_code send_batch::stale_connection() {
+  return boost::asio::error::not_connected;
+}
+
+void send_batch::add(boost::asio::ip::tcp::socket& s, std::span<const boost::asio::const_buffer> bufs, handler h,
+                     bool look_first) {
+  queued_.push_back({&s, bufs, std::move(h), look_first});
   // Outside a collect (which sends when it ends), the turn's sending is posted once.
   if (!collecting && !flush_posted_ && turns_) {
     flush_posted_ = true;
@@ -98,7 +105,9 @@ void send_batch::flush() {
     std::vector<write>& w;
     ~clear_after() { w.clear(); }
   } clear{writes};
+  drop_stale(writes);
   // One write alone goes as an ordinary one: the ring saves nothing then.
+  if (writes.empty()) return;
   if (writes.size() == 1) {
     auto& w = writes.front();
     boost::asio::async_write(*w.socket, w.bufs, std::move(w.done));
@@ -127,16 +136,20 @@ void send_batch::send_on_ring(std::span<write> writes, std::vector<int>& results
     io_uring_prep_sendmsg(sqe, writes[i].socket->native_handle(), &msgs_[i], MSG_DONTWAIT | MSG_NOSIGNAL);
     io_uring_sqe_set_data64(sqe, i);
   }
-  // Submitted sends complete inside the submission (MSG_DONTWAIT), so waiting for
-  // their completions does not block.
+  run_ring(n, results);
+}
+
+bool send_batch::run_ring(std::size_t n, std::vector<int>& results) {
+  // What is submitted completes inside the submission (MSG_DONTWAIT), so waiting for
+  // the completions does not block.
   unsigned submitted = 0;
   while (submitted < n) {
     int r = io_uring_submit(&ring_->r);
     if (r > 0) submitted += static_cast<unsigned>(r);
     else if (r != -EINTR && r != -EAGAIN && r != -EBUSY) break;
   }
-  // Submitted and never answered: -EIO (it may have gone out; the request fails rather
-  // than risk sending it twice). Not submitted: left -EAGAIN, sent as before.
+  // Submitted and never answered: -EIO (a send may have gone out; the request fails
+  // rather than risk sending it twice). Not submitted: left as it was.
   for (unsigned i = 0; i < submitted; ++i) results[i] = -EIO;
   for (unsigned seen = 0; seen < submitted;) {
     io_uring_cqe* cqe = nullptr;
@@ -149,10 +162,52 @@ void send_batch::send_on_ring(std::span<write> writes, std::vector<int>& results
     ++seen;
   }
   if (submitted < n) {
-    // The ring failed: what it did not take is dropped with it, and sent as before.
+    // The ring failed: what it did not take is dropped with it.
     spdlog::warn("io_uring submission failed: upstream writes go one system call each");
     ring_.reset();
+    return false;
   }
+  return true;
+}
+
+void send_batch::drop_stale(std::vector<write>& writes) {
+  // (in a submission of their own, before any write: a stale connection's write is
+  // never sent, so the request can go again on another, whatever its method)
+  std::size_t n = 0;
+  for (const auto& w : writes) n += w.look_first ? 1 : 0;
+  if (n == 0) return;
+  results_.assign(n, -EAGAIN);
+  probes_.resize(n);
+  const bool on_ring = ring_ && n <= ring_entries;
+  if (on_ring) {
+    for (std::size_t i = 0, k = 0; i < writes.size(); ++i) {
+      if (!writes[i].look_first) continue;
+      auto* sqe = io_uring_get_sqe(&ring_->r);
+      io_uring_prep_recv(sqe, writes[i].socket->native_handle(), &probes_[k], 1, MSG_PEEK | MSG_DONTWAIT);
+      io_uring_sqe_set_data64(sqe, k++);
+    }
+  }
+  if (!on_ring || !run_ring(n, results_))  // (then one look each)
+    for (std::size_t i = 0, k = 0; i < writes.size(); ++i)
+      if (writes[i].look_first) {
+        const auto got = ::recv(writes[i].socket->native_handle(), &probes_[k], 1, MSG_PEEK | MSG_DONTWAIT);
+        results_[k++] = got >= 0 ? static_cast<int>(got) : -errno;
+      }
+  // Clean: nothing to read yet (-EAGAIN). Bytes, the end (0) or an error: stale. (The
+  // writes kept are moved into `kept_`, as constructions: Asio's any_completion_handler
+  // cannot be move-assigned, so no erase.)
+  kept_.clear();
+  for (std::size_t i = 0, k = 0; i < writes.size(); ++i) {
+    auto& w = writes[i];
+    if (!w.look_first || results_[k++] == -EAGAIN) {
+      kept_.push_back(std::move(w));
+      continue;
+    }
+    boost::asio::post(w.socket->get_executor(),
+                      [h = std::move(w.done)]() mutable { std::move(h)(stale_connection(), 0); });
+  }
+  writes.clear();
+  writes.swap(kept_);
 }
 
 void send_batch::send(std::span<write> writes) {

@@ -62,8 +62,17 @@ class send_batch {
   static void in_turns(boost::asio::any_io_executor ex);
   // The batch collecting writes on this thread now, or null.
   static send_batch* current();
-  // Queues a write of `bufs` (which must live until `h` is called) on `s`.
-  void add(boost::asio::ip::tcp::socket& s, std::span<const boost::asio::const_buffer> bufs, handler h);
+  // Queues a write of `bufs` (which must live until `h` is called) on `s`. `look_first`:
+  // `s` is a pooled connection taken without a look at its socket (pool::take_idle
+  // leaves that to the batch): the batch looks at the sockets of all such writes in one
+  // submission first, and a write whose socket the peer closed or sent anything on is
+  // not sent: it completes with stale_connection().
+  void add(boost::asio::ip::tcp::socket& s, std::span<const boost::asio::const_buffer> bufs, handler h,
+           bool look_first = false);
+
+  // What a write whose pooled connection turned out stale completes with: nothing of it
+  // went out (ENOTCONN).
+  static boost::system::error_code stale_connection();
 
   ~send_batch();
 
@@ -72,6 +81,7 @@ class send_batch {
     boost::asio::ip::tcp::socket* socket;
     std::span<const boost::asio::const_buffer> bufs;
     handler done;
+    bool look_first = false;
   };
   struct ring;
   static send_batch& of_this_thread();
@@ -81,13 +91,22 @@ class send_batch {
   // Sends what is queued.
   void flush();
   void send(std::span<write> writes);
+  // The writes whose sockets are to be looked at first: those found stale complete with
+  // stale_connection() and leave `writes`.
+  void drop_stale(std::vector<write>& writes);
+  // Submits the `n` entries prepared on the ring and waits for their completions:
+  // `results[i]` gets the result of entry i (user data i); false if the ring failed (it
+  // is then closed, and what it did not take is left as it was).
+  bool run_ring(std::size_t n, std::vector<int>& results);
   // Sends `writes` in one submission; `results[i]` gets what send i returned.
   void send_on_ring(std::span<write> writes, std::vector<int>& results);
   std::unique_ptr<ring> ring_;
   bool tried_ = false;
   std::vector<write> queued_;
   std::vector<write> sending_;  // flush's: what queued_ held
-  std::vector<int> results_;  // send's and send_on_ring's scratch
+  std::vector<write> kept_;     // drop_stale's: the writes it keeps
+  std::vector<int> results_;  // send's, send_on_ring's and drop_stale's scratch
+  std::vector<char> probes_;  // drop_stale's: the byte each look may see
   std::vector<iovec> iov_;
   std::vector<msghdr> msgs_;
   boost::asio::any_io_executor turns_;  // in_turns: where the sending of a turn is posted

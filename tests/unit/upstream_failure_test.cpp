@@ -30,6 +30,7 @@ TEST_CASE("upstream failures map to one retry, another server, or one status", "
   const error_code eos = bhttp::error::end_of_stream;
   const error_code eof = boost::asio::error::eof;
   const error_code pipe = boost::asio::error::broken_pipe;
+  const error_code stale = boost::asio::error::not_connected;  // (upstream::send_batch::stale_connection)
   const error_code timeout = boost::beast::error::timeout;
   const error_code refused = boost::asio::error::connection_refused;
   const error_code bad = bhttp::error::bad_version;
@@ -46,6 +47,9 @@ TEST_CASE("upstream failures map to one retry, another server, or one status", "
       {stage::send,          pipe,     false, true,  true,  false, false, 502, true, true},   // a fresh one failed
       {stage::send,          pipe,     true,  false, true,  false, false, 502, true, false},   // a body / not idempotent
       {stage::send,          timeout,  true,  true,  true,  false, false, 502, true, false},   // a slow write: not twice
+      // a pooled connection the send's look found stale: nothing went out, any method again
+      {stage::send,          stale,    true,  false, true,  false, true,  0, true, false},
+      {stage::send,          stale,    true,  false, false, false, false, 502, true, false},  // only once
       {stage::response_head, boost::asio::error::timed_out, true, true, false, false, false, 502, true, false},  // ETIMEDOUT
       {stage::request_body,  too_large, true, false, true,  false, false, 413, false, false},
       {stage::request_body,  body_timeout, true, false, true, false, false, 408, false, false},
