@@ -216,17 +216,20 @@ TEST_CASE("policy: no checks, no question, lease ids are unique and above the ba
   CHECK(f.call.lease == first + 1);
 }
 
+namespace {
+// An upload quota in bytes (cost: body_bytes) of 1000 a minute.
+cfg::limit_config byte_quota(std::string name, bool shadow = false) {
+  auto l = windowed(cfg::algorithm::fixed_window, 1000, 60000, std::move(name));
+  l.cost_from = cfg::limit_config::cost_kind::body_bytes;
+  l.shadow = shadow;
+  return l;
+}
+}  // namespace
+
 TEST_CASE("body_bytes_left: what the byte quotas' decisions left, the least of them, plus the 1 taken",
           "[limit][policy]") {
-  using kind = cfg::limit_config::cost_kind;
-  auto bytes = [](std::string name, bool shadow = false) {
-    auto l = windowed(cfg::algorithm::fixed_window, 1000, 60000, std::move(name));
-    l.cost_from = kind::body_bytes;
-    l.shadow = shadow;
-    return l;
-  };
-  route_fixture f({bytes("a"), bytes("b"), windowed(cfg::algorithm::fixed_window, 10, 1000, "count"),
-                   bytes("shadow", true)});
+  route_fixture f({byte_quota("a"), byte_quota("b"), windowed(cfg::algorithm::fixed_window, 10, 1000, "count"),
+                   byte_quota("shadow", true)});
   constexpr auto none = std::numeric_limits<std::uint64_t>::max();
   CHECK(fg::limit::body_bytes_left(f.call) == none);  // not asked yet
   f.call.asked = true;
@@ -241,15 +244,8 @@ TEST_CASE("body_bytes_left: what the byte quotas' decisions left, the least of t
 
 TEST_CASE("deny_over_body_quota: the byte quotas a body passed become denials, retried at their reset",
           "[limit][policy]") {
-  using kind = cfg::limit_config::cost_kind;
-  auto bytes = [](std::string name, bool shadow = false) {
-    auto l = windowed(cfg::algorithm::fixed_window, 1000, 60000, std::move(name));
-    l.cost_from = kind::body_bytes;
-    l.shadow = shadow;
-    return l;
-  };
-  route_fixture f({bytes("a"), bytes("b"), windowed(cfg::algorithm::fixed_window, 10, 1000, "count"),
-                   bytes("shadow", true), bytes("unstored")});
+  route_fixture f({byte_quota("a"), byte_quota("b"), windowed(cfg::algorithm::fixed_window, 10, 1000, "count"),
+                   byte_quota("shadow", true), byte_quota("unstored")});
   f.call.asked = true;
   auto decided = [](std::uint64_t remaining, std::int64_t reset) {
     return fg::limit::decision{true, 1000, remaining, reset, 0};

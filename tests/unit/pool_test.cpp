@@ -45,6 +45,26 @@ struct rig {
   }
   const fg::config::upstream_config& api() const { return cfg->upstreams[0]; }
 
+  // A connection made to `a` and pooled.
+  void pool_one() {
+    boost::system::error_code ec;
+    auto c = connect(a, ec);
+    REQUIRE(c);
+    pool.release("api", std::move(c));
+  }
+
+  // Takes the idle connection and gives it back, the loop running between, until the
+  // pool no longer hands it out (true), or for 10 s (false).
+  bool stops_handing_out() {
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (auto got = pool.take_idle(api(), *watch)) {
+      pool.release("api", std::move(got));
+      if (std::chrono::steady_clock::now() > until) return false;
+      ioc.run_one_for(5ms);
+    }
+    return true;
+  }
+
   // pool.connect() run to its end; the upstream side accepted when it succeeded.
   fg::upstream::connection_ptr connect(tcp::acceptor& to, boost::system::error_code& ec) {
     return connect_to(api(), to, ec);
@@ -114,41 +134,20 @@ TEST_CASE("pool: a connection with bytes after its response is never pooled", "[
 
 TEST_CASE("pool: an idle connection its peer closed is not handed out", "[pool]") {
   rig r;
-  boost::system::error_code ec;
-  auto c = r.connect(r.a, ec);
-  REQUIRE(c);
-  r.pool.release("api", std::move(c));
+  r.pool_one();
   r.accepted.back().close();  // the origin closes its idle connection
   // The FIN reaches our socket without anything running: poll until the probe sees it.
-  const auto until = std::chrono::steady_clock::now() + 10s;
-  fg::upstream::connection_ptr got;
-  for (;;) {
-    got = r.pool.take_idle(r.api(), *r.watch);
-    if (!got) break;
-    r.pool.release("api", std::move(got));
-    if (std::chrono::steady_clock::now() > until) FAIL("a closed connection was still handed out");
-    r.ioc.run_one_for(5ms);
-  }
+  if (!r.stops_handing_out()) FAIL("a closed connection was still handed out");
   CHECK(r.pool.idle_count("api") == 0);
 }
 
 TEST_CASE("pool: an idle connection its peer sent bytes on is not handed out, however soon", "[pool]") {
   rig r;
-  boost::system::error_code ec;
-  auto c = r.connect(r.a, ec);
-  REQUIRE(c);
-  r.pool.release("api", std::move(c));
+  r.pool_one();
   // A response nobody asked for, sent while the connection idles (the pool's clock does
   // not move: a reuse at once must look too).
   asio::write(r.accepted.back(), asio::buffer(std::string_view("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")));
-  const auto until = std::chrono::steady_clock::now() + 10s;
-  for (;;) {
-    auto got = r.pool.take_idle(r.api(), *r.watch);
-    if (!got) break;
-    r.pool.release("api", std::move(got));
-    if (std::chrono::steady_clock::now() > until) FAIL("a connection with unasked bytes was still handed out");
-    r.ioc.run_one_for(5ms);
-  }
+  if (!r.stops_handing_out()) FAIL("a connection with unasked bytes was still handed out");
   CHECK(r.pool.idle_count("api") == 0);
 }
 
