@@ -156,6 +156,7 @@ class session {
   void head_arrived(const config::route_config& route, clock::time_point t0);
   void charge_after(const bhttp::response_header<>* res);
   asio::awaitable<outcome> refuse(limit::status st);
+  void restate_denials();
   asio::awaitable<outcome> refuse_over_quota(std::uint64_t bytes);
   asio::awaitable<outcome> forward_in_turn();
   asio::awaitable<bool> wait_turn(std::chrono::milliseconds wait);

@@ -373,16 +373,24 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::refuse(limit
                                 limit::content_type(route.response));
 }
 
-// A chunked body cut where it passed what its byte quotas had left (cost: body_bytes),
-// `bytes` read: those limits' refusal, as refuse() answers it, with Retry-After at their
-// reset. The connection then closes (the rest of the body is unread).
+// A request its limits allowed, to be refused after all: some of its decisions turned
+// into denials since; their rate-limit fields anew (as refuse() sends them).
 template <class Stream>
-asio::awaitable<typename session<Stream>::outcome> session<Stream>::refuse_over_quota(std::uint64_t bytes) {
-  limit::deny_over_body_quota(limits_, bytes);
+void session<Stream>::restate_denials() {
   limits_.headers.clear();
   limit::append_rate_headers(limits_.headers, limits_.route->response.headers, limits_.checks, limits_.decisions,
                              true);
-  co_return co_await refuse(limit::status::over_limit);
+}
+
+// A chunked body cut where it passed what its byte quotas had left (cost: body_bytes),
+// `bytes` read: those limits' refusal, with Retry-After at their reset. The connection
+// then closes (the rest of the body is unread). (Not a coroutine: refuse()'s frame is
+// the only one.)
+template <class Stream>
+asio::awaitable<typename session<Stream>::outcome> session<Stream>::refuse_over_quota(std::uint64_t bytes) {
+  limit::deny_over_body_quota(limits_, bytes);
+  restate_denials();
+  return refuse(limit::status::over_limit);
 }
 
 // The costs known once the upstream answered (`res`; null when the exchange failed
@@ -428,9 +436,7 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward_in_t
     // (what it took stays taken: the worker is past what it holds for later)
     for (std::size_t i = 0; i < limits_.checks.size(); ++i)
       if (limits_.decisions[i].retry_ms > 0 && limits_.decisions[i].allowed) limits_.decisions[i].allowed = false;
-    limits_.headers.clear();
-    limit::append_rate_headers(limits_.headers, limits_.route->response.headers, limits_.checks, limits_.decisions,
-                               true);
+    restate_denials();
     co_return co_await refuse(limit::status::over_limit);
   }
   delayed_ms_ = wait;

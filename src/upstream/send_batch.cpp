@@ -13,6 +13,8 @@
 #include <cstring>
 #include <vector>
 
+#include "net/peek.hpp"
+
 namespace fg::upstream {
 
 namespace {
@@ -189,10 +191,8 @@ void send_batch::drop_stale(std::vector<write>& writes) {
   }
   if (!on_ring || !run_ring(n, results_))  // (then one look each)
     for (std::size_t i = 0, k = 0; i < writes.size(); ++i)
-      if (writes[i].look_first) {
-        const auto got = ::recv(writes[i].socket->native_handle(), &probes_[k], 1, MSG_PEEK | MSG_DONTWAIT);
-        results_[k++] = got >= 0 ? static_cast<int>(got) : -errno;
-      }
+      if (writes[i].look_first)
+        results_[k++] = net::peek_input(writes[i].socket->native_handle()) == net::pending_input::nothing ? -EAGAIN : 0;
   // Clean: nothing to read yet (-EAGAIN). Bytes, the end (0) or an error: stale. (The
   // writes kept are moved into `kept_`, as constructions: Asio's any_completion_handler
   // cannot be move-assigned, so no erase.)
