@@ -54,8 +54,7 @@ void spawn(worker_context& ctx, tcp::socket socket, const net::address& peer, bo
 }  // namespace
 
 void start_session(worker_context& ctx, boost::asio::ip::tcp::socket socket, const boost::asio::ip::address& peer) {
-  error_code ec;
-  socket.set_option(tcp::no_delay(true), ec);
+  detail::set_client_options(socket);
   spawn(ctx, std::move(socket), net::normalize(peer), false);
 }
 

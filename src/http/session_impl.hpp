@@ -4,11 +4,15 @@
 // (reading, local answers, the limits) and session_upstream.ipp (the upstream exchange),
 // instantiated for tcp::socket in session.cpp. Beast-heavy: include only from those.
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/compose.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/buffers_suffix.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/parser.hpp>
+
+#include <netinet/tcp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -27,6 +31,7 @@
 #include "limit/keys.hpp"
 #include "upstream/choice.hpp"
 #include "upstream/pool.hpp"
+#include "upstream/send_batch.hpp"
 #include "util/asio.hpp"
 
 namespace fg::http::detail {
@@ -74,6 +79,58 @@ bool holds_input(const Stream& s) {
   if constexpr (is_tls<Stream>) return s.holds_input();
   else return false;
 }
+// What every accepted client socket is set to: no Nagle delay, and at most
+// `client_unsent_bytes` of response the client has not taken yet waiting in the kernel
+// (TCP_NOTSENT_LOWAT). Without the bound, a client that reads slowly lets the kernel's
+// send buffer grow to tcp_wmem's maximum (4 MiB), held for as long as it takes to read
+// it, and the socket shows writable only once a third of that has drained: a reader
+// slower than that per idle_timeout was cut although it kept reading. With it, the
+// socket is writable again as soon as the client has taken half of what waits, so
+// each write to a reader that keeps reading completes (write_down_op), and a slow
+// reader holds little kernel memory.
+inline constexpr int client_unsent_bytes = 128 * 1024;
+inline void set_client_options(tcp::socket& s) {
+  error_code ec;
+  s.set_option(tcp::no_delay(true), ec);
+  s.set_option(asio::detail::socket_option::integer<IPPROTO_TCP, TCP_NOTSENT_LOWAT>(client_unsent_bytes), ec);
+}
+
+// A whole write to the client whose deadline, `timeout`, is renewed each time the client
+// takes some of it (nginx's send_timeout): a slow reader that keeps reading gets the
+// whole of a large body, one that stops is let go `timeout` after it stopped. (A
+// deadline over the whole write cut a reader slower than its send buffer: once the
+// kernel's buffer was full, the last piece waited for it to drain.) On plain TCP the
+// first try goes with the thread's send_batch, when there is one: a turn's responses go
+// out in the submission that carries its upstream writes. (A TLS stream's write takes
+// one buffer of several at a time, or those that fit one record: tls::gather.)
+template <class Stream>
+struct write_down_op {
+  Stream& s;
+  deadline::entry& watch;
+  std::chrono::milliseconds timeout;
+  std::span<const asio::const_buffer> bufs;
+  std::size_t done = 0;
+  bool started = false;
+
+  template <class Self>
+  void operator()(Self& self, error_code ec = {}, std::size_t n = 0) {
+    done += n;
+    if (started && (ec || done == asio::buffer_size(bufs))) return self.complete(ec, done);
+    // (the sweeper cancelled the write, and the batch's part of it completed anyway)
+    if (started && watch.expired) return self.complete(asio::error::operation_aborted, done);
+    watch.arm(timeout);
+    if (!std::exchange(started, true)) {
+      if constexpr (is_socket<Stream>) {
+        if (auto* batch = upstream::send_batch::current())
+          return batch->add(s, bufs, std::move(self), false, upstream::send_batch::completes::with_some);
+      }
+    }
+    beast::buffers_suffix<std::span<const asio::const_buffer>> rest(bufs);
+    rest.consume(done);
+    s.async_write_some(rest, std::move(self));
+  }
+};
+
 // The completion token for a read of the stream's own: deferred (no coroutine frame) on
 // a socket; Beast's test stream predates deferred, and is awaited through use_awaitable.
 template <class Stream>
@@ -172,10 +229,11 @@ class session {
   void release_idle_memory();
   void log_request(unsigned status);
   // Arms the deadline and returns the write, a deferred operation (no coroutine frame):
-  // `co_await` it for (error_code, bytes) and pass the error through timed().
+  // `co_await` it for (error_code, bytes) and pass the error through timed(). The
+  // deadline is renewed each time the client takes some of it (write_down_op).
   auto write_down(std::span<const asio::const_buffer> bufs) {
-    watch_->arm(rt_->cfg->http.idle_timeout);
-    return asio::async_write(socket_, bufs, deferred_tuple);
+    return asio::async_compose<decltype(deferred_tuple), void(error_code, std::size_t)>(
+        write_down_op<Stream>{socket_, *watch_, rt_->cfg->http.idle_timeout, bufs}, deferred_tuple);
   }
 
   // session_upstream.ipp: the upstream exchange.

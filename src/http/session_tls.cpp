@@ -84,8 +84,8 @@ void spawn(worker_context& ctx, tls::stream stream, const net::address& peer, bo
 
 boost::asio::awaitable<void> handshake(worker_context& ctx, tcp::socket socket, net::address peer,
                                        std::shared_ptr<const tls_server> tls) {
+  detail::set_client_options(socket);
   error_code ec;
-  socket.set_option(tcp::no_delay(true), ec);
   tls::stream stream(std::move(socket), tls->context());
   bool shaken = false;
   if (stream.native_handle()) {

@@ -171,18 +171,20 @@ template <class ConstBuffers>
 boost::asio::const_buffer gather(const ConstBuffers& buffers, std::unique_ptr<char[]>& scratch) {
   boost::asio::const_buffer one;
   std::size_t total = 0, count = 0;
+  // (each buffer taken by value: not every sequence's iterator has operator->)
   for (auto it = boost::asio::buffer_sequence_begin(buffers); it != boost::asio::buffer_sequence_end(buffers); ++it)
-    if (it->size() != 0) {
-      if (count++ == 0) one = *it;
-      total += it->size();
+    if (const boost::asio::const_buffer b = *it; b.size() != 0) {
+      if (count++ == 0) one = b;
+      total += b.size();
     }
   if (count < 2 || total > 16 * 1024) return one;
   scratch = std::make_unique_for_overwrite<char[]>(total);
   std::size_t at = 0;
   for (auto it = boost::asio::buffer_sequence_begin(buffers); it != boost::asio::buffer_sequence_end(buffers); ++it) {
-    if (it->size() == 0) continue;
-    std::memcpy(scratch.get() + at, it->data(), it->size());
-    at += it->size();
+    const boost::asio::const_buffer b = *it;
+    if (b.size() == 0) continue;
+    std::memcpy(scratch.get() + at, b.data(), b.size());
+    at += b.size();
   }
   return {scratch.get(), total};
 }

@@ -66,7 +66,7 @@ bool send_batch::open() {
     tried_ = true;
     auto r = std::make_unique<ring>();
     if (int e = io_uring_queue_init(ring_entries, &r->r, 0); e < 0) {
-      spdlog::info("io_uring unavailable ({}): upstream writes go one system call each", std::strerror(-e));
+      spdlog::info("io_uring unavailable ({}): writes go one system call each", std::strerror(-e));
     } else {
       r->set_up = true;
       ring_ = std::move(r);
@@ -80,8 +80,8 @@ boost::system::error_code send_batch::stale_connection() {
 }
 
 void send_batch::add(boost::asio::ip::tcp::socket& s, std::span<const boost::asio::const_buffer> bufs, handler h,
-                     bool look_first) {
-  queued_.push_back({&s, bufs, std::move(h), look_first});
+                     bool look_first, completes when) {
+  queued_.push_back({&s, bufs, std::move(h), look_first, when});
   // Outside a collect (which sends when it ends), the turn's sending is posted once.
   if (!collecting && !flush_posted_ && turns_) {
     flush_posted_ = true;
@@ -112,7 +112,8 @@ void send_batch::flush() {
   if (writes.empty()) return;
   if (writes.size() == 1) {
     auto& w = writes.front();
-    boost::asio::async_write(*w.socket, w.bufs, std::move(w.done));
+    if (w.when == completes::with_some) w.socket->async_write_some(w.bufs, std::move(w.done));
+    else boost::asio::async_write(*w.socket, w.bufs, std::move(w.done));
     return;
   }
   for (std::size_t at = 0; at < writes.size(); at += ring_entries)
@@ -165,7 +166,7 @@ bool send_batch::run_ring(std::size_t n, std::vector<int>& results) {
   }
   if (submitted < n) {
     // The ring failed: what it did not take is dropped with it.
-    spdlog::warn("io_uring submission failed: upstream writes go one system call each");
+    spdlog::warn("io_uring submission failed: writes go one system call each");
     ring_.reset();
     return false;
   }
@@ -232,8 +233,15 @@ void send_batch::send(std::span<write> writes) {
       continue;
     }
     // The socket took part of it, or none yet (or the ring failed before it): the rest
-    // as an ordinary write.
+    // as an ordinary write, or by the caller.
     const std::size_t sent = res > 0 ? static_cast<std::size_t>(res) : 0;
+    if (w.when == completes::with_some) {
+      if (sent == 0) w.socket->async_write_some(w.bufs, std::move(w.done));
+      else
+        boost::asio::post(w.socket->get_executor(),
+                          [h = std::move(w.done), sent]() mutable { std::move(h)(boost::system::error_code{}, sent); });
+      continue;
+    }
     boost::beast::buffers_suffix<std::span<const boost::asio::const_buffer>> rest(w.bufs);
     rest.consume(sent);
     boost::asio::async_write(*w.socket, rest, [sent, h = std::move(w.done)](boost::system::error_code ec,

@@ -1,10 +1,12 @@
 """Bodies of any size pass through in bounded memory."""
 import hashlib
 import os
+import socket
+import time
 
 import pytest
 
-from conftest import SANITIZED, Reader, get, read_response
+from conftest import SANITIZED, Reader, get, read_response, wait_until
 
 # Under ASan the shadow memory makes RSS meaningless and copies slow: smaller bodies there.
 SIZE = (64 << 20) if SANITIZED else (1 << 30)
@@ -72,3 +74,53 @@ def test_download_content_is_intact(gateway):
     block = bytes(range(256)) * 256
     expected = (block * 5)[:300000]
     assert r.status == 200 and r.body == expected
+
+
+def test_a_client_that_reads_slowly_but_steadily_gets_the_whole_body(gateway_factory):
+    # A client reading about 600 KB/s, far less than the gateway could send, with
+    # idle_timeout at 1 s. Once the kernel's send buffer is full, a write waits for the
+    # client: its deadline is renewed as the client takes the bytes, so it is never cut
+    # (it was, at idle_timeout: a write waited for a third of a send buffer grown to
+    # 4 MiB to drain, and the last ~32 KiB never came). The gateway holds at most 128 KiB
+    # unsent (TCP_NOTSENT_LOWAT), so a reader this slow keeps its writes moving.
+    g = gateway_factory(http={"idle_timeout": "1s"})
+    n = 6 << 20
+    with g.connect(timeout=30) as s:
+        s.sendall(get(f"/download?bytes={n}"))
+        rd = Reader(s)
+        assert b" 200 " in rd.line()
+        while rd.line():
+            pass
+        body = bytearray(rd.buf)
+        while len(body) < n:
+            data = s.recv(min(32768, n - len(body)))
+            assert data, f"connection closed after {len(body)} of {n} body bytes"
+            body += data
+            time.sleep(0.05)  # (the client's pace, not a wait for the gateway)
+    block = bytes(range(256)) * 256
+    assert bytes(body) == (block * (n // len(block) + 1))[:n]
+
+
+def test_a_client_that_stops_reading_is_let_go_and_the_upstream_with_it(gateway_factory, upstream):
+    # A client that asks for a large body and reads none of it: once the buffers between
+    # are full, the gateway's write waits; at idle_timeout it gives up on the client
+    # and closes the upstream connection that was feeding it.
+    g = gateway_factory(http={"idle_timeout": "1s"})
+    upstream.reset()
+    with g.connect(timeout=30) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.sendall(get(f"/download?bytes={SIZE}"))
+        assert wait_until(lambda: upstream.stats()["closed"] >= 1, timeout=20), upstream.stats()
+        # Others are served meanwhile.
+        assert g.request(get("/download?bytes=10")).status == 200
+        # What was buffered, then the end: never the whole body.
+        got = 0
+        while True:
+            try:
+                data = s.recv(1 << 20)
+            except ConnectionResetError:
+                break
+            if not data:
+                break
+            got += len(data)
+        assert got < SIZE
