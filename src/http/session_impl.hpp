@@ -12,8 +12,6 @@
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/parser.hpp>
 
-#include <netinet/tcp.h>
-
 #include <algorithm>
 #include <chrono>
 #include <memory>
@@ -29,6 +27,7 @@
 #include "http/upstream_failure.hpp"
 #include "limit/decision_source.hpp"
 #include "limit/keys.hpp"
+#include "net/unsent.hpp"
 #include "upstream/choice.hpp"
 #include "upstream/pool.hpp"
 #include "upstream/send_batch.hpp"
@@ -79,20 +78,13 @@ bool holds_input(const Stream& s) {
   if constexpr (is_tls<Stream>) return s.holds_input();
   else return false;
 }
-// What every accepted client socket is set to: no Nagle delay, and at most
-// `client_unsent_bytes` of response the client has not taken yet waiting in the kernel
-// (TCP_NOTSENT_LOWAT). Without the bound, a client that reads slowly lets the kernel's
-// send buffer grow to tcp_wmem's maximum (4 MiB), held for as long as it takes to read
-// it, and the socket shows writable only once a third of that has drained: a reader
-// slower than that per idle_timeout was cut although it kept reading. With it, the
-// socket is writable again as soon as the client has taken half of what waits, so
-// each write to a reader that keeps reading completes (write_down_op), and a slow
-// reader holds little kernel memory.
-inline constexpr int client_unsent_bytes = 128 * 1024;
+// What every accepted client socket is set to: no Nagle delay, and a bound on what
+// waits unsent in the kernel (net::bound_unsent: a slow reader's writes move on as it
+// reads, see write_down_op).
 inline void set_client_options(tcp::socket& s) {
   error_code ec;
   s.set_option(tcp::no_delay(true), ec);
-  s.set_option(asio::detail::socket_option::integer<IPPROTO_TCP, TCP_NOTSENT_LOWAT>(client_unsent_bytes), ec);
+  net::bound_unsent(s.native_handle());
 }
 
 // A whole write to the client whose deadline, `timeout`, is renewed each time the client

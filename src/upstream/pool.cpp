@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include "net/peek.hpp"
+#include "net/unsent.hpp"
 #include "upstream/send_batch.hpp"
 #include "util/asio.hpp"
 
@@ -149,6 +150,7 @@ asio::awaitable<connection_ptr> pool::connect(const config::upstream_config& wan
     co_return nullptr;
   }
   c->socket.set_option(tcp::no_delay(true), cec);
+  net::bound_unsent(c->socket.native_handle());  // (an upload to a slow reader moves on as it reads)
   if (tls) {
     auto hec = co_await start_tls(*c, *tls, host, resume.get());
     if (hec) {

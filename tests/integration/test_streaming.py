@@ -101,6 +101,24 @@ def test_a_client_that_reads_slowly_but_steadily_gets_the_whole_body(gateway_fac
     assert bytes(body) == (block * (n // len(block) + 1))[:n]
 
 
+def test_an_upstream_that_reads_an_upload_slowly_but_steadily_gets_it_whole(gateway_factory):
+    # The same on the upstream side: an upstream reading about 600 KB/s, response_timeout
+    # at 1 s (each piece's write). The gateway holds at most 128 KiB of the upload unsent
+    # on the upstream's socket, so each piece goes as soon as the upstream has taken some.
+    g = gateway_factory(upstream_opts={"response_timeout": "1s"})
+    n = 6 << 20
+    block = os.urandom(1 << 20)
+    with g.connect(timeout=60) as s:
+        s.sendall(f"POST /upload?pace_ms=50 HTTP/1.1\r\nHost: x\r\nContent-Length: {n}\r\n\r\n".encode())
+        expected_sum = 0
+        for _ in range(n // len(block)):
+            s.sendall(block)
+            expected_sum = (expected_sum + sum(block[::4096])) & 0xFFFFFFFF
+        r = read_response(s)
+    assert r.status == 200, (r.status, r.body[:200])
+    assert r.json() == {"length": n, "sum": expected_sum}
+
+
 def test_a_client_that_stops_reading_is_let_go_and_the_upstream_with_it(gateway_factory, upstream):
     # A client that asks for a large body and reads none of it: once the buffers between
     # are full, the gateway's write waits; at idle_timeout it gives up on the client

@@ -200,11 +200,15 @@ def handle(conn):
             respond(conn.sock, 413, b"too large, said early")
             return
         length, total = 0, 0
+        # /upload?pace_ms=N reads the body at 32 KiB per N ms (a slow but steady reader)
+        pace = int(q.get("pace_ms", "0")) / 1000
         for piece in conn.body_pieces(headers):
             if path == "/upload":
                 # every 4096th byte of the body, whatever the piece boundaries
                 total = (total + sum(piece[(-length) % 4096::4096])) & 0xFFFFFFFF
             length += len(piece)
+            if pace:
+                time.sleep(pace * len(piece) / 32768)
         if conn.drop_next:
             with lock:
                 stats["dropped"] += 1
