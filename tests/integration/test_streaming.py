@@ -13,15 +13,21 @@ SIZE = (64 << 20) if SANITIZED else (1 << 30)
 RSS_LIMIT_KIB = 64 * 1024
 
 
-def test_large_upload_streams_in_bounded_memory(gateway):
+def upload(g, target, size):
+    """POSTs `size` random bytes to upstream.py's /upload: its response, and the sum of
+    every 4096th byte that /upload answers with when the body arrived whole."""
     block = os.urandom(1 << 20)
-    with gateway.connect(timeout=120) as s:
-        s.sendall(f"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: {SIZE}\r\n\r\n".encode())
+    with g.connect(timeout=120) as s:
+        s.sendall(f"POST {target} HTTP/1.1\r\nHost: x\r\nContent-Length: {size}\r\n\r\n".encode())
         expected_sum = 0
-        for _ in range(SIZE // len(block)):
+        for _ in range(size // len(block)):
             s.sendall(block)
             expected_sum = (expected_sum + sum(block[::4096])) & 0xFFFFFFFF
-        r = read_response(s)
+        return read_response(s), expected_sum
+
+
+def test_large_upload_streams_in_bounded_memory(gateway):
+    r, expected_sum = upload(gateway, "/upload", SIZE)
     assert r.status == 200
     assert r.json() == {"length": SIZE, "sum": expected_sum}
     if not SANITIZED:
@@ -107,14 +113,7 @@ def test_an_upstream_that_reads_an_upload_slowly_but_steadily_gets_it_whole(gate
     # on the upstream's socket, so each piece goes as soon as the upstream has taken some.
     g = gateway_factory(upstream_opts={"response_timeout": "1s"})
     n = 6 << 20
-    block = os.urandom(1 << 20)
-    with g.connect(timeout=60) as s:
-        s.sendall(f"POST /upload?pace_ms=50 HTTP/1.1\r\nHost: x\r\nContent-Length: {n}\r\n\r\n".encode())
-        expected_sum = 0
-        for _ in range(n // len(block)):
-            s.sendall(block)
-            expected_sum = (expected_sum + sum(block[::4096])) & 0xFFFFFFFF
-        r = read_response(s)
+    r, expected_sum = upload(g, "/upload?pace_ms=50", n)
     assert r.status == 200, (r.status, r.body[:200])
     assert r.json() == {"length": n, "sum": expected_sum}
 
