@@ -39,8 +39,9 @@ void resume_with_sends(std::size_t n, void (*resume)(void*), void* arg) {
 
 // The worker's loop, in turns (upstream::send_batch::in_turns): the writes of a turn of
 // the loop, upstream and (plain TCP) to clients, go out in one submission (as those of
-// requests one Redis reply resumes do); a turn with one write sends it at once: nothing waits for a batch at low
-// load. What a handler throws is logged and the loop goes on (obs::run_logged).
+// requests one Redis reply resumes do); a turn with one write sends it at once: nothing
+// waits for a batch at low load. What a handler throws is logged and the loop goes on
+// (obs::run_logged).
 void run_in_turns(asio::io_context& ioc, const char* what) {
   upstream::send_batch::in_turns(ioc.get_executor());
   obs::run_logged(ioc, what);

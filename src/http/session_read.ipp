@@ -465,7 +465,7 @@ asio::awaitable<bool> session<Stream>::wait_turn(std::chrono::milliseconds wait)
     if (net::peek_input(sock->native_handle()) == net::pending_input::end) co_return true;
   }
   // (bytes of the next request, pipelined, or a TLS stream: the turn is waited out)
-  auto [ec] = co_await timer.async_wait(util::use_tuple);
+  co_await timer.async_wait(util::use_tuple);
   co_return watch_->expired;
 }
 
