@@ -110,12 +110,7 @@ void send_batch::flush() {
   drop_stale(writes);
   // One write alone goes as an ordinary one: the ring saves nothing then.
   if (writes.empty()) return;
-  if (writes.size() == 1) {
-    auto& w = writes.front();
-    if (w.when == completes::with_some) w.socket->async_write_some(w.bufs, std::move(w.done));
-    else boost::asio::async_write(*w.socket, w.bufs, std::move(w.done));
-    return;
-  }
+  if (writes.size() == 1) return go_on(writes.front(), 0);
   for (std::size_t at = 0; at < writes.size(); at += ring_entries)
     send(std::span(writes).subspan(at, std::min<std::size_t>(ring_entries, writes.size() - at)));
 }
@@ -204,8 +199,7 @@ void send_batch::drop_stale(std::vector<write>& writes) {
       kept_.push_back(std::move(w));
       continue;
     }
-    boost::asio::post(w.socket->get_executor(),
-                      [h = std::move(w.done)]() mutable { std::move(h)(stale_connection(), 0); });
+    complete(w, stale_connection(), 0);
   }
   writes.clear();
   writes.swap(kept_);
@@ -221,34 +215,33 @@ void send_batch::send(std::span<write> writes) {
     auto& w = writes[i];
     const int res = results[i];
     const std::size_t total = boost::asio::buffer_size(w.bufs);
-    if (res >= 0 && static_cast<std::size_t>(res) == total) {
-      boost::asio::post(w.socket->get_executor(),
-                        [h = std::move(w.done), total]() mutable { std::move(h)(boost::system::error_code{}, total); });
-      continue;
-    }
-    if (res < 0 && res != -EAGAIN) {
-      boost::asio::post(w.socket->get_executor(), [h = std::move(w.done), res]() mutable {
-        std::move(h)(boost::system::error_code(-res, boost::system::system_category()), 0);
-      });
-      continue;
-    }
-    // The socket took part of it, or none yet (or the ring failed before it): the rest
-    // as an ordinary write, or by the caller.
-    const std::size_t sent = res > 0 ? static_cast<std::size_t>(res) : 0;
-    if (w.when == completes::with_some) {
-      if (sent == 0) w.socket->async_write_some(w.bufs, std::move(w.done));
-      else
-        boost::asio::post(w.socket->get_executor(),
-                          [h = std::move(w.done), sent]() mutable { std::move(h)(boost::system::error_code{}, sent); });
-      continue;
-    }
-    boost::beast::buffers_suffix<std::span<const boost::asio::const_buffer>> rest(w.bufs);
-    rest.consume(sent);
-    boost::asio::async_write(*w.socket, rest, [sent, h = std::move(w.done)](boost::system::error_code ec,
-                                                                           std::size_t m) mutable {
-      std::move(h)(ec, sent + m);
-    });
+    if (res >= 0 && static_cast<std::size_t>(res) == total) complete(w, {}, total);
+    else if (res < 0 && res != -EAGAIN) complete(w, boost::system::error_code(-res, boost::system::system_category()), 0);
+    // The socket took part of it, or none yet (or the ring failed before it).
+    else go_on(w, res > 0 ? static_cast<std::size_t>(res) : 0);
   }
+}
+
+void send_batch::complete(write& w, boost::system::error_code ec, std::size_t n) {
+  boost::asio::post(w.socket->get_executor(), [h = std::move(w.done), ec, n]() mutable { std::move(h)(ec, n); });
+}
+
+void send_batch::go_on(write& w, std::size_t sent) {
+  // The caller writes the rest (with_some), or an ordinary write does, from where the
+  // socket stopped; nothing sent yet: the write as it came.
+  const bool some = w.when == completes::with_some;
+  if (sent == 0) {
+    if (some) w.socket->async_write_some(w.bufs, std::move(w.done));
+    else boost::asio::async_write(*w.socket, w.bufs, std::move(w.done));
+    return;
+  }
+  if (some) return complete(w, {}, sent);
+  boost::beast::buffers_suffix<std::span<const boost::asio::const_buffer>> rest(w.bufs);
+  rest.consume(sent);
+  boost::asio::async_write(*w.socket, rest, [sent, h = std::move(w.done)](boost::system::error_code ec,
+                                                                         std::size_t m) mutable {
+    std::move(h)(ec, sent + m);
+  });
 }
 
 }  // namespace fg::upstream

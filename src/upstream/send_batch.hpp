@@ -104,6 +104,10 @@ class send_batch {
   // Sends what is queued.
   void flush();
   void send(std::span<write> writes);
+  // Completes `w` with (ec, n), through its socket's executor.
+  static void complete(write& w, boost::system::error_code ec, std::size_t n);
+  // What `w` goes on with once the socket took `sent` of it (see completes).
+  static void go_on(write& w, std::size_t sent);
   // The writes whose sockets are to be looked at first: those found stale complete with
   // stale_connection() and leave `writes`.
   void drop_stale(std::vector<write>& writes);
