@@ -14,7 +14,7 @@ if [ ! -f build-fuzz/build.ninja ]; then
 fi
 ninja -C build-fuzz -j"${FG_JOBS:-$(nproc)}"
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(http_head client_ip config redis_reply cluster_map limits_query keys)
+[ ${#targets[@]} -eq 0 ] && targets=(http_head http_response client_ip config redis_reply cluster_map limits_query keys)
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 status=0

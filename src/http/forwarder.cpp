@@ -34,8 +34,9 @@ void for_each_token(std::string_view v, F&& f) {
 template <class Fields>
 bool named_in_connection(const Fields& h, std::string_view name) {
   bool found = false;
-  for (auto it = h.find(bhttp::field::connection); it != h.end() && it->name() == bhttp::field::connection; ++it)
-    for_each_token(it->value(), [&](std::string_view t) { found = found || iequals(t, name); });
+  for (const auto& f : h)
+    if (f.name() == bhttp::field::connection)
+      for_each_token(f.value(), [&](std::string_view t) { found = found || iequals(t, name); });
   return found;
 }
 
@@ -68,9 +69,10 @@ void append_field(std::string& out, std::string_view name, std::string_view valu
 
 // The names listed in Connection, collected in one pass. The hop-by-hop names that are
 // removed anyway (close, keep-alive, upgrade) are left out, so the usual list is empty.
+template <class Fields>
 class connection_tokens {
  public:
-  explicit connection_tokens(const bhttp::fields& h) {
+  explicit connection_tokens(const Fields& h) {
     for (const auto& f : h) {
       if (f.name() != bhttp::field::connection) continue;
       for_each_token(f.value(), [&](std::string_view t) {
@@ -92,7 +94,7 @@ class connection_tokens {
   std::array<std::string_view, 16> names_;
   std::size_t n_ = 0;
   bool overflow_ = false;
-  const bhttp::fields* fields_ = nullptr;
+  const Fields* fields_ = nullptr;
 };
 
 }  // namespace
@@ -118,9 +120,8 @@ bool is_upgrade_request(const bhttp::request_header<>& h) {
   return websocket && named_in_connection(h, "upgrade");
 }
 
-bool is_websocket_response(const bhttp::response_header<>& h) {
-  auto it = h.find(bhttp::field::upgrade);
-  return it != h.end() && iequals(trim(it->value()), "websocket");
+bool is_websocket_response(const response_head& h) {
+  return iequals(trim(h[bhttp::field::upgrade]), "websocket");
 }
 
 bool valid_host(std::string_view h) {
@@ -230,14 +231,14 @@ void build_upstream_request(const bhttp::request_header<>& h, const forward_cont
   out.append("\r\n");
 }
 
-bool build_downstream_response(const bhttp::response_header<>& h, const response_context& ctx, std::string& out) {
+bool build_downstream_response(const response_head& h, const response_context& ctx, std::string& out) {
   char num[24];
   auto [p, ec] = std::to_chars(num, num + sizeof num, h.result_int());
   out.append(ctx.client_version >= 11 ? "HTTP/1.1 " : "HTTP/1.0 ")
       .append(num, static_cast<std::size_t>(p - num))
       .append(" ");
   auto reason = h.reason();
-  if (reason.empty()) reason = bhttp::obsolete_reason(h.result());
+  if (reason.empty()) reason = bhttp::obsolete_reason(bhttp::int_to_status(h.result_int()));
   out.append(reason).append("\r\n");
   connection_tokens conn(h);
   unsigned codings = 0;  // Transfer-Encoding fields, and whether each said `chunked` alone

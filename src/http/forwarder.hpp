@@ -6,6 +6,7 @@
 #include <boost/beast/http/message.hpp>
 
 #include "http/framing.hpp"
+#include "http/response_head.hpp"
 
 namespace fg::http {
 
@@ -53,7 +54,7 @@ struct response_context {
 // The response head sent downstream. Appends to `out`. False when the upstream named a
 // transfer coding other than one `chunked` (the body, framed anew, would reach the client
 // undone; beside a Content-Length, the framing is ambiguous).
-bool build_downstream_response(const boost::beast::http::response_header<>& h, const response_context& ctx,
+bool build_downstream_response(const response_head& h, const response_context& ctx,
                                std::string& out);
 
 // Does the request ask for the one protocol upgrade we tunnel, WebSocket (a GET with
@@ -61,7 +62,7 @@ bool build_downstream_response(const boost::beast::http::response_header<>& h, c
 // forwarded: a tunnel to it would carry later requests past routing and limits.
 bool is_upgrade_request(const boost::beast::http::request_header<>& h);
 // Does a 101 response switch to WebSocket?
-bool is_websocket_response(const boost::beast::http::response_header<>& h);
+bool is_websocket_response(const response_head& h);
 
 // A valid Host / authority (RFC 9110 §7.2): a name of letters, digits and "-._~", an
 // IPv4 address, or an [IPv6] literal, then an optional port of 1-5 digits up to 65535.

@@ -24,6 +24,7 @@
 #include "http/body_write.hpp"
 #include "http/worker_context.hpp"
 #include "http/framing.hpp"
+#include "http/response_parser.hpp"
 #include "http/upstream_failure.hpp"
 #include "limit/decision_source.hpp"
 #include "limit/keys.hpp"
@@ -39,7 +40,7 @@ using asio::ip::tcp;
 using error_code = boost::system::error_code;
 using clock = std::chrono::steady_clock;
 using request_parser = bhttp::request_parser<bhttp::buffer_body>;
-using response_parser = bhttp::response_parser<bhttp::buffer_body>;
+using response_parser = http::response_parser;
 using util::deferred_tuple;
 // Body bytes move through one buffer of this size per session, in both directions.
 constexpr std::size_t body_chunk = 32 * 1024;
@@ -203,7 +204,7 @@ class session {
   // The upstream answered (its response head): its health, the time since `t0` (access
   // log, metrics), the costs a response tells (charge_after, session_read.ipp).
   void head_arrived(const config::route_config& route, clock::time_point t0);
-  void charge_after(const bhttp::response_header<>* res);
+  void charge_after(const response_head* res);
   asio::awaitable<outcome> refuse(limit::status st);
   void restate_denials();
   asio::awaitable<outcome> refuse_over_quota(std::uint64_t bytes);
@@ -265,9 +266,13 @@ class session {
   static constexpr unsigned max_interim_responses = 8;
   // After a response head was read: whether it is an interim answer to read past (1xx
   // other than 101), `interim` counting them; past the most, `ec` says malformed.
+  // A status below 100 is none (RFC 9110 §15 has 100-599; Beast reads any three digits):
+  // malformed, as nginx has it, not a line "HTTP/1.1 0" sent on.
   bool read_past(error_code& ec, unsigned& interim) {
+    if (ec) return false;
     const auto code = rp_->get().result_int();
-    if (ec || code < 100 || code >= 200 || code == 101) return false;
+    if (code < 100) ec = bhttp::error::bad_status;
+    if (ec || code >= 200 || code == 101) return false;
     if (++interim <= max_interim_responses) return true;
     ec = bhttp::error::bad_status;
     return false;

@@ -399,7 +399,7 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::refuse_over_
 // counted by bytes (cost: body_bytes took 1 up front), read whether or not an answer
 // came. Each limit takes at most its whole quota from one request.
 template <class Stream>
-void session<Stream>::charge_after(const bhttp::response_header<>* res) {
+void session<Stream>::charge_after(const response_head* res) {
   if (!limits_.asked || !limits_.asked_source) return;
   for (std::size_t i = 0; i < limits_.checks.size(); ++i) {
     const auto& l = *limits_.checks[i].cfg;

@@ -340,7 +340,7 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
   // Only a WebSocket upgrade we asked for becomes a tunnel: anything else would carry
   // the connection's later requests past routing and limits.
   if (rp_->get().result_int() == 101) {
-    if (upgrade && is_websocket_response(rp_->get().base())) co_return co_await run_upgrade(*up, 101);
+    if (upgrade && is_websocket_response(rp_->get())) co_return co_await run_upgrade(*up, 101);
     spdlog::warn("upstream {}: unexpected 101 to a request that did not ask for a WebSocket upgrade", up_cfg.name);
     co_return co_await send_local(502, false);
   }
@@ -363,7 +363,7 @@ void session<Stream>::head_arrived(const config::route_config& route, clock::tim
     if (ctx_.metrics)
       ctx_.metrics->upstream_time(route.slot, std::chrono::duration_cast<std::chrono::microseconds>(waited).count());
   }
-  charge_after(&rp_->get().base());
+  charge_after(&rp_->get());
 }
 
 // The rest of the request body, streamed; the client's errors come back as body_errc.
@@ -424,7 +424,7 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::relay_respon
   head_out_.clear();
   // A coding other than chunked would reach the client undone and unnamed (the body is
   // framed anew), and beside a Content-Length it is ambiguous: a 502, as nginx answers it.
-  if (!build_downstream_response(res.base(), plan.rc, head_out_) && plan.body_expected) {
+  if (!build_downstream_response(res, plan.rc, head_out_) && plan.body_expected) {
     spdlog::warn("upstream {}: a response's Transfer-Encoding other than chunked", cfg.name);
     co_return co_await send_local(502, false);
   }
@@ -476,7 +476,7 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::run_upgrade(
   plan.rc.keep_alive = false;
   plan.rc.extra = limits_.headers;
   head_out_.clear();
-  build_downstream_response(rp_->get().base(), plan.rc, head_out_);
+  build_downstream_response(rp_->get(), plan.rc, head_out_);
   std::array<asio::const_buffer, 1> bufs{asio::buffer(head_out_)};
   auto [dec, dn] = co_await write_down(bufs);
   if (timed(*watch_, dec)) co_return outcome::closed;

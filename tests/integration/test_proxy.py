@@ -185,6 +185,15 @@ def test_upstream_interim_answers_are_read_past_up_to_a_bound(gateway):
     assert "bad status" in gateway.log_text()
 
 
+def test_an_upstream_status_below_100_is_502(gateway):
+    """Beast's parser reads any three digits as a status; one below 100 is none (RFC 9110
+    §15 has 100-599): a 502, as nginx answers it, not a status line the client cannot read."""
+    for code in ("000", "099"):
+        assert gateway.request(get(f"/status?code={code}")).status == 502, code
+    assert gateway.request(get("/status?code=599")).status == 599
+    assert "bad status" in gateway.log_text()
+
+
 def test_a_response_coded_other_than_chunked_is_502(gateway):
     """A response's transfer coding other than chunked (gzip, or gzip then chunked) would
     reach the client undone and unnamed, the body being framed anew: 502, as nginx."""

@@ -12,6 +12,7 @@
 #include <boost/beast/http/string_body.hpp>
 
 #include "http/forwarder.hpp"
+#include "http/response_parser.hpp"
 #include "http/responses.hpp"
 
 namespace bhttp = boost::beast::http;
@@ -66,20 +67,25 @@ lines named(const head& h, std::string_view name) {
   return out;
 }
 
-// A head parsed by Beast, as the session has it: a request's or a response's.
-template <bool IsRequest>
-bhttp::header<IsRequest> parse_head(std::string_view raw) {
-  bhttp::parser<IsRequest, bhttp::empty_body> p;
+// A head parsed as the session has it: a request's by Beast's parser, a response's by
+// the session's response_parser.
+template <class Parser>
+auto parse_head(std::string_view raw) {
+  Parser p;
   p.eager(false);
   boost::system::error_code ec;
   p.put(boost::asio::buffer(raw.data(), raw.size()), ec);
   INFO(raw);
   REQUIRE_FALSE(ec);
   REQUIRE(p.is_header_done());
-  return p.get().base();
+  return p.get();
 }
-bhttp::request_header<> parse_request(std::string_view raw) { return parse_head<true>(raw); }
-bhttp::response_header<> parse_response(std::string_view raw) { return parse_head<false>(raw); }
+bhttp::request_header<> parse_request(std::string_view raw) {
+  return parse_head<bhttp::request_parser<bhttp::empty_body>>(raw).base();
+}
+fg::http::response_head parse_response(std::string_view raw) {
+  return parse_head<fg::http::response_parser>(raw);
+}
 
 // The produced upstream request head must itself parse cleanly.
 void require_parses_as_request(std::string_view out) {
@@ -481,6 +487,42 @@ TEST_CASE("build_downstream_response: hop-by-hop headers removed", "[forwarder]"
   CHECK(h.l == lines{"HTTP/1.1 200 OK", "Content-Type: text/plain", "Set-Cookie: a=1", "Set-Cookie: b=2",
                      "Content-Length: 5"});
   CHECK(h.body.empty());
+}
+
+TEST_CASE("build_downstream_response: fields in the upstream's order, those of one name included", "[forwarder]") {
+  response_context c;
+  c.framing = response_framing::length;
+  auto h = split_head(downstream(
+      "HTTP/1.1 200 OK\r\n"
+      "Set-Cookie: a=1\r\n"
+      "X-B: 2\r\n"
+      "set-cookie: c=3\r\n"
+      "X-Folded: one\r\n two\r\n"
+      "Content-Length: 0\r\n"
+      "\r\n",
+      c));
+  CHECK(h.l == lines{"HTTP/1.1 200 OK", "Set-Cookie: a=1", "X-B: 2", "set-cookie: c=3", "X-Folded: one two",
+                     "Content-Length: 0"});
+}
+
+TEST_CASE("response_head: past its inline storage, every field kept and found by name", "[forwarder]") {
+  std::string raw = "HTTP/1.1 200 OK\r\n";
+  for (int i = 0; i < 40; ++i) raw += "X-F" + std::to_string(i) + ": " + std::string(static_cast<std::size_t>(i) * 7, 'v') + "\r\n";
+  raw += "Content-Length: 0\r\n\r\n";
+  auto h = parse_response(raw);
+  REQUIRE(h.size() == 41);
+  CHECK(h["x-f39"] == std::string(39 * 7, 'v'));
+  CHECK(h["X-F0"].empty());
+  CHECK(h[bhttp::field::content_length] == "0");
+  CHECK(h["X-None"].empty());
+  int i = 0;
+  for (const auto& f : h) {
+    if (i < 40) CHECK(f.name_string() == "X-F" + std::to_string(i));
+    ++i;
+  }
+  response_context c;
+  c.framing = response_framing::length;
+  CHECK(split_head(downstream(raw, c)).l.size() == 42);
 }
 
 TEST_CASE("build_downstream_response: Connection handling", "[forwarder]") {
