@@ -1,6 +1,7 @@
 #include "upstream/send_batch.hpp"
 
 #include <boost/asio/error.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/buffers_suffix.hpp>
@@ -11,6 +12,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "net/peek.hpp"
@@ -21,6 +23,16 @@ namespace {
 thread_local send_batch* collecting = nullptr;
 thread_local send_batch* turning = nullptr;  // in_turns
 constexpr unsigned ring_entries = 256;
+
+// Posts `f` through the io_context's own executor where `ex` wraps one (a worker's): a
+// post through the type-erased any_io_executor makes several conversions of it, about
+// 500 instructions, paid here twice a request (callgrind).
+template <class F>
+void post_on(const boost::asio::any_io_executor& ex, F&& f) {
+  if (const auto* io = ex.target<boost::asio::io_context::executor_type>())
+    return boost::asio::post(*io, std::forward<F>(f));
+  boost::asio::post(ex, std::forward<F>(f));
+}
 }  // namespace
 
 struct send_batch::ring {
@@ -85,7 +97,7 @@ void send_batch::add(boost::asio::ip::tcp::socket& s, std::span<const boost::asi
   // Outside a collect (which sends when it ends), the turn's sending is posted once.
   if (!collecting && !flush_posted_ && turns_) {
     flush_posted_ = true;
-    boost::asio::post(turns_, [this] {
+    post_on(turns_, [this] {
       flush_posted_ = false;
       flush();
     });
@@ -223,7 +235,7 @@ void send_batch::send(std::span<write> writes) {
 }
 
 void send_batch::complete(write& w, boost::system::error_code ec, std::size_t n) {
-  boost::asio::post(w.socket->get_executor(), [h = std::move(w.done), ec, n]() mutable { std::move(h)(ec, n); });
+  post_on(w.socket->get_executor(), [h = std::move(w.done), ec, n]() mutable { std::move(h)(ec, n); });
 }
 
 void send_batch::go_on(write& w, std::size_t sent) {
