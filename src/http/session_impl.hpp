@@ -265,9 +265,9 @@ class session {
   // at 5), so that an upstream cannot hold a request with 1xx alone.
   static constexpr unsigned max_interim_responses = 8;
   // After a response head was read: whether it is an interim answer to read past (1xx
-  // other than 101), `interim` counting them; past the most, `ec` says malformed.
-  // A status below 100 is none (RFC 9110 §15 has 100-599; Beast reads any three digits):
-  // malformed, as nginx has it, not a line "HTTP/1.1 0" sent on.
+  // other than 101), `interim` counting them; past the most, `ec` says malformed. So is
+  // a status below 100 (RFC 9110 §15 has 100-599; Beast reads any three digits), as
+  // nginx has it, not a line "HTTP/1.1 0" sent on.
   bool read_past(error_code& ec, unsigned& interim) {
     if (ec) return false;
     const auto code = rp_->get().result_int();
