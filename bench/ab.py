@@ -5,7 +5,9 @@
 
 A binary may carry its own path, as BINARY@PATH: `bench/ab.py fg@/ fg@/limited` compares one
 binary's plain and limited routes; BINARY+admin runs it with the admin listener on
-(metrics counted, /metrics scraped every second): `bench/ab.py fg fg+admin /`.
+(metrics counted, /metrics scraped every second): `bench/ab.py fg fg+admin /`;
+BINARY+memory runs it with `store: memory`, where /memory is peers.py's memory-store limit:
+`bench/ab.py fg@/ fg+memory@/memory` is what a local limit costs against no limit.
 
 Both binaries run side by side behind bench.py's set-up (nginx origin, redis-server beside
 wrk) and are loaded in turn, A then B, B then A, for 2 s each at 64 connections (CONNS and
@@ -62,10 +64,11 @@ def main():
             port = bench.free_port()
             binary, _, own_path = binary.partition("@")
             # BINARY+admin: with the admin listener on (metrics counted, scraped each second).
+            binary, memory = binary.removesuffix("+memory"), binary.endswith("+memory")
             binary, admin = binary.removesuffix("+admin"), binary.endswith("+admin")
             admin_port = bench.free_port() if admin else None
             bench.FLOODGATE = binary
-            p = bench.start_floodgate(work / name, port, up, redis_port, admin_port)
+            p = bench.start_floodgate(work / name, port, up, redis_port, admin_port, "memory" if memory else "redis")
             if admin_port:
                 bench.wait_port(admin_port)
                 scrapers.append(bench.Scraper(admin_port))

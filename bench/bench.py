@@ -76,28 +76,33 @@ http {{
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def start_floodgate(work, port, upstream_port, redis_port, admin_port=None):
-    # One process, three routes: no limit; a per-IP Redis limit high enough that nothing
-    # is denied; and a per-IP Redis limit that a flood is far past (answered from the
-    # local deny cache).
+def start_floodgate(work, port, upstream_port, redis_port, admin_port=None, store="redis"):
+    # One process, four routes: no limit; a per-IP Redis limit high enough that nothing
+    # is denied; a per-IP Redis limit that a flood is far past (answered from the local
+    # deny cache); and /memory, peers.py's memory-store limit (a sliding window per IP,
+    # never reached), which is that only with store="memory" (every limit then counts in
+    # the process, /limited's too).
     work.mkdir()
     conf = work / "floodgate.yaml"
     admin = f'admin: {{listen: "127.0.0.1:{admin_port}"}}\n' if admin_port else ""
+    stored = ("store: memory\n" if store == "memory" else
+              f'store: redis\nredis:\n  addresses: ["127.0.0.1:{redis_port}"]\n  timeout: 100ms\n')
     conf.write_text(f"""listen: "127.0.0.1:{port}"
 workers: 1
 {admin}log:
   level: warn
   access_log: off
-store: redis
-redis:
-  addresses: ["127.0.0.1:{redis_port}"]
-  timeout: 100ms
-upstreams:
+{stored}upstreams:
   origin:
     address: "127.0.0.1:{upstream_port}"
     max_idle: 1024
 routes:
-{LIMITED_ROUTE}  - name: flood
+{LIMITED_ROUTE}  - name: memory
+    match: {{path: /memory}}
+    upstream: origin
+    limits:
+      - {{name: per-ip, algorithm: sliding_window, key: ip, limit: 1000000000, window: 1h}}
+  - name: flood
     match: {{path: /flood}}
     upstream: origin
     limits:

@@ -65,8 +65,6 @@ class memory_store {
     std::int64_t next_sweep = 0;
   };
   std::size_t shard_of(std::string_view key) const;
-  // The shard indexes `idx` sorted and unique: the order to lock them in (no deadlock).
-  static std::vector<std::size_t> lock_order(std::vector<std::size_t> idx);
   // The key's state, created (making room if the shard is full) when absent; used now.
   key_state& touch(shard& s, const std::string& key, std::int64_t now, std::span<key_state* const> keep);
   // Erases expired keys, except those in `keep` (states the caller still points to).
