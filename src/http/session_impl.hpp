@@ -45,6 +45,9 @@ using util::deferred_tuple;
 // Body bytes move through one buffer of this size per session, in both directions.
 constexpr std::size_t body_chunk = 32 * 1024;
 static_assert(body_chunk == 32 * 1024, "http::worker_context::bodies lends blocks of this size");
+// A response body of at most this many bytes (Content-Length framed), already read whole
+// behind its head, goes down in one buffer with the head (relay_response).
+constexpr std::size_t inline_body_max = 1024;
 
 // What a buffer holds, as text.
 inline std::string_view bytes_of(const beast::flat_buffer& b) {

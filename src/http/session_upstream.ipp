@@ -7,6 +7,7 @@
 #include <charconv>
 
 #include "http/forwarder.hpp"
+#include "http/response_plan.hpp"
 #include "http/session_impl.hpp"
 #include "http/tunnel.hpp"
 #include "obs/access_log.hpp"
@@ -95,44 +96,6 @@ inline bool start_vetting(chunk_vetter& v, const beast::flat_buffer& buffered) {
 inline error_code client_error(error_code ec) {
   return make_error_code(ec == beast::error::timeout ? body_errc::timeout : body_errc::malformed);
 }
-
-// How the response goes to the client: its framing there, and whether upstream's
-// connection can be reused after it.
-struct response_plan {
-  response_context rc;
-  bool body_expected = true;
-  bool up_close_delimited = false;
-};
-
-inline response_plan plan_response(const bhttp::request_header<>& req, bool req_keep_alive, response_parser& rp,
-                            bool draining) {
-  response_plan p;
-  auto& rc = p.rc;
-  const unsigned status = rp.get().result_int();
-  const bool head = req.method() == bhttp::verb::head;
-  rc.client_version = req.version();
-  rc.keep_alive = req_keep_alive && !draining;
-  p.body_expected = !(head || status == 204 || status == 304 || status == 101);
-  if (!p.body_expected) {
-    rc.framing = response_framing::none;
-    // A HEAD answer keeps the upstream's Content-Length as information.
-    if (head && rp.content_length()) {
-      rc.framing = response_framing::length;
-      rc.length = *rp.content_length();
-    }
-  } else if (rp.chunked()) {
-    rc.framing = req.version() >= 11 ? response_framing::chunked : response_framing::close_delimited;
-  } else if (rp.content_length()) {
-    rc.framing = response_framing::length;
-    rc.length = *rp.content_length();
-  } else {
-    p.up_close_delimited = true;
-    rc.framing = req.version() >= 11 ? response_framing::chunked : response_framing::close_delimited;
-  }
-  if (rc.framing == response_framing::close_delimited) rc.keep_alive = false;
-  return p;
-}
-
 
 template <class Stream>
 auto session<Stream>::write_up(upstream::connection& up, std::span<const asio::const_buffer> bufs,
@@ -429,17 +392,33 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::relay_respon
     co_return co_await send_local(502, false);
   }
   const bool down_chunked = plan.rc.framing == response_framing::chunked;
-  char* buf = body_buf();
+  const std::size_t head_len = head_out_.size();
   exchange_state st;
   // A body of Content-Length: 0 is complete with the head: nothing to wait for.
   bool complete = !plan.body_expected || rp_->is_done();
+  // A small body already read whole behind the head (most API answers) is parsed into
+  // head_out_ right after the head: head and body go down as one buffer, and no body
+  // block is lent (at more connections in flight than the worker keeps blocks for,
+  // each lending was a 32 KiB allocation).
+  const auto length = rp_->content_length();
+  const bool inline_body = !complete && plan.rc.framing == response_framing::length && length &&
+                           *length <= inline_body_max && up.buffer.size() >= *length;
+  std::size_t window = body_chunk;
+  char* buf = nullptr;
+  if (inline_body) {
+    window = static_cast<std::size_t>(*length);
+    head_out_.resize(head_len + window);
+    buf = head_out_.data() + head_len;
+  } else {
+    buf = body_buf();
+  }
   do {
     std::size_t piece = 0;
     error_code ec;
     if (!complete) {
       res.body().data = buf;
-      res.body().size = body_chunk;
-      if (auto r = feed(up.buffer, *rp_, body_chunk, piece, false)) ec = *r;
+      res.body().size = window;
+      if (auto r = feed(up.buffer, *rp_, window, piece, false)) ec = *r;
       else ec = co_await read_into(*watch_, up, up.buffer, *rp_, cfg.response_timeout, piece, false, vet);
       complete = !ec && rp_->is_done();
     }
@@ -452,8 +431,10 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::relay_respon
       log_request(status);
       co_return outcome::closed;
     }
-    auto bufs = writes_.assign(st.response_begun ? std::string_view{} : std::string_view(head_out_), buf, piece,
-                               down_chunked, complete && down_chunked);
+    const std::string_view head(head_out_.data(), st.response_begun ? 0 : head_len);
+    auto bufs = inline_body && !st.response_begun
+                    ? writes_.assign(std::string_view(head_out_.data(), head_len + piece), nullptr, 0, false, false)
+                    : writes_.assign(head, buf, piece, down_chunked, complete && down_chunked);
     if (bufs.empty()) continue;
     auto [dec, dn] = co_await write_down(bufs);
     if (timed(*watch_, dec)) co_return outcome::closed;

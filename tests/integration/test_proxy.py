@@ -147,6 +147,26 @@ def test_close_delimited_response_becomes_chunked(gateway):
         assert read_response(s).status == 200
 
 
+def test_small_bodies_are_relayed_whole_however_they_arrive(gateway):
+    """A small Content-Length body read with its head goes down in one buffer with it
+    (up to 1024 bytes); one that arrives after its head, or a larger one, through the
+    body window. Around that bound, on one connection, every byte arrives, in order."""
+    pattern = bytes(range(256)) * 16
+    with gateway.connect() as s:
+        rd = Reader(s)
+        for n in (1, 2, 1023, 1024, 1025, 4096):
+            for how in ("together=1", "pause_ms=30", "together=1"):
+                s.sendall(get(f"/download?bytes={n}&{how}"))
+                r = read_response(s, reader=rd)
+                assert r.status == 200 and r.header("content-length") == str(n), (n, how)
+                assert r.body == pattern[:n], (n, how)
+        s.sendall(b"HEAD /download?bytes=10&together=1 HTTP/1.1\r\nHost: x\r\n\r\n")
+        r = read_response(s, reader=rd, head_request=True)
+        assert r.status == 200 and r.header("content-length") == "10" and r.body == b""
+        s.sendall(get("/echo"))
+        assert read_response(s, reader=rd).json()["method"] == "GET"
+
+
 def test_http10_client(gateway):
     r = gateway.request(b"GET /echo HTTP/1.0\r\n\r\n")
     assert r.version == "HTTP/1.0" and r.status == 200

@@ -217,11 +217,19 @@ def handle(conn):
         with lock:
             stats["requests"] += 1
         if path == "/download":
+            # together=1: head and a body of at most 64 KiB in one send; pause_ms: the
+            # body that long after the head (else as it comes).
             n = int(q.get("bytes", "0"))
-            conn.sock.sendall(f"HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n".encode())
+            head = f"HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n".encode()
             if method == "HEAD":
                 n = 0
             block = bytes(range(256)) * 256
+            if q.get("together") == "1" and n <= len(block):
+                conn.sock.sendall(head + block[:n])
+                n = 0
+            else:
+                conn.sock.sendall(head)
+                time.sleep(int(q.get("pause_ms", "0")) / 1000)
             while n > 0:
                 piece = block[: min(n, len(block))]
                 conn.sock.sendall(piece)
