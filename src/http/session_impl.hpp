@@ -315,6 +315,11 @@ class session {
   std::string peer_key_;
   std::shared_ptr<const compiled_config> peer_key_rt_;
   limit::limit_call limits_;  // this request's limits and what they said
+  // Set while limits_.checks may serve the client's next request on this route (and
+  // config: held, so that no later config can take its address; see ask_limits).
+  const config::route_config* checks_route_ = nullptr;
+  std::shared_ptr<const compiled_config> checks_rt_;
+  std::string checks_client_;  // the client they were built for
   std::uint64_t bytes_in_ = 0, bytes_out_ = 0;
   double upstream_ms_ = -1;
   std::int64_t delayed_ms_ = 0;  // how long this request waited for its turn (on_exceed: delay)

@@ -202,6 +202,9 @@ void session<Stream>::release_idle_memory() {
   std::string().swap(head_out_);
   ad_.release_memory();
   limits_.release_memory();
+  checks_route_ = nullptr;
+  checks_rt_.reset();
+  std::string().swap(checks_client_);
 }
 
 // Whether the client has sent all it is going to (nginx's `lingering_close on`): its
@@ -334,15 +337,24 @@ limit::status session<Stream>::ask_limits(limit::decision_source& source) {
     // (a previous request's checks must not be read for this one: its delay, its config)
     limits_.checks.clear();
     limits_.decisions.clear();
+    checks_route_ = nullptr;
     return limit::status::ok;
   }
-  const auto parts = key_parts();
   limits_.route = &route;
-  limits_.client = ad_.client.who.key;
   limits_.asked = true;
   limits_.asked_source = &source;
-  limits_.refusal = limit::build_checks(limits_.checks, rt_->cfg->redis.key_prefix, route, parts,
-                                        limit::cluster_keys(*rt_->cfg), &rt_->consumers);
+  // The previous request's checks serve again when nothing they were built from
+  // changed: the config, a route whose checks follow the client alone, the client.
+  limits_.client = ad_.client.who.key;
+  if (checks_route_ == &route && checks_rt_ == rt_ && checks_client_ == ad_.client.who.key) {
+    limits_.refusal = 0;
+  } else {
+    limits_.refusal = limit::build_checks(limits_.checks, rt_->cfg->redis.key_prefix, route, key_parts(),
+                                          limit::cluster_keys(*rt_->cfg), &rt_->consumers);
+    const bool reusable = !limits_.refusal && limit::checks_follow_client(route);
+    checks_route_ = reusable ? &route : nullptr;
+    if (reusable) checks_rt_ = rt_, checks_client_ = ad_.client.who.key;
+  }
   // A refused request (no or an unknown consumer key, a bad cost) still counts against
   // the route's other limits: over one of them it gets the 429, else its refusal.
   if (limits_.refusal && limits_.checks.empty()) return limit::status::refused;

@@ -6,6 +6,7 @@
 #include <boost/url/grammar/string_token.hpp>
 #include <boost/url/pct_string_view.hpp>
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cstdio>
@@ -222,6 +223,15 @@ std::optional<std::uint64_t> request_cost(const config::limit_config& l, const r
   auto [p, ec] = std::from_chars(v->data(), end, n);
   if (v->empty() || ec != std::errc{} || p != end || n > 1'000'000'000) return std::nullopt;
   return n;
+}
+
+bool checks_follow_client(const config::route_config& route) {
+  using kind = config::key_source::kind;
+  return std::all_of(route.limits.begin(), route.limits.end(), [](const config::limit_config& l) {
+    return l.choice.how == config::plan_choice::by::none && l.cost_from == config::limit_config::cost_kind::fixed &&
+           std::all_of(l.key.begin(), l.key.end(),
+                       [](const config::key_source& k) { return k.type == kind::ip || k.type == kind::global; });
+  });
 }
 
 unsigned build_checks(std::vector<check>& checks, std::string_view prefix, const config::route_config& route,

@@ -75,6 +75,12 @@ plan_pick pick_plan(const config::limit_config& l, const request_parts& r, const
 unsigned build_checks(std::vector<check>& checks, std::string_view prefix, const config::route_config& route,
                       const request_parts& r, bool cluster = false, const consumer_maps* consumers = nullptr);
 
+// Whether build_checks makes the same checks for every request of one client on
+// `route` (within one config): each limit keyed by the client's address, nothing else
+// or nothing at all (global), at a fixed cost, without plans. A session keeps such
+// checks for its client's next request instead of building the keys again.
+bool checks_follow_client(const config::route_config& route);
+
 // `name`'s raw value in a query string ("a=1&b=2"; names compared percent-decoded) or a
 // Cookie header ("a=1; b=2"); the first if there are several.
 std::optional<std::string_view> query_param(std::string_view query, std::string_view name);

@@ -162,6 +162,27 @@ def test_identity_from_trusted_proxy_only(gateway_factory):
     assert untrusted.request(get("/limited", extra="X-Forwarded-For: 198.51.100.2\r\n")).status == 429
 
 
+def test_one_connection_carries_many_identities(gateway_factory):
+    """A trusted proxy's one keep-alive connection carries many clients: each request is
+    counted under its own client's key (a session keeps a request's checks for the next
+    one only while the client, route and config are the same)."""
+    limits = PER_IP.replace("limit: 3", "limit: 1")
+    g = gateway_factory(routes=route(limits), trusted="127.0.0.1/32")
+    with g.connect() as s:
+        def status(path, client):
+            s.sendall(get(path, extra=f"X-Forwarded-For: {client}\r\n"))
+            return read_response(s).status
+        assert status("/limited", "198.51.100.1") == 200
+        assert status("/limited", "198.51.100.2") == 200
+        assert status("/limited", "198.51.100.1") == 429
+        assert status("/limited", "198.51.100.3") == 200
+        assert status("/other", "198.51.100.4") == 200  # a route without limits between
+        assert status("/limited", "198.51.100.3") == 429
+        assert status("/limited", "198.51.100.4") == 200
+        assert status("/limited", "198.51.100.4") == 429
+        assert status("/limited", "198.51.100.2") == 429
+
+
 def test_shadow_limit_never_denies(gateway_factory):
     limits = PER_IP.replace("limit: 3", "limit: 1") + "        shadow: true\n"
     g = gateway_factory(routes=route(limits))

@@ -10,7 +10,7 @@ import signal
 import threading
 import time
 
-from conftest import SANITIZED, Thread, get, join_all, read_response, wait_until
+from conftest import SANITIZED, Reader, Thread, get, join_all, read_response, wait_until
 from test_admin import ADMIN_HOST, ADMIN_POST_HEADER, READY_REQUIRES_STORE, admin_get, admin_request, with_admin
 from test_metrics import decisions, scrape, send, value
 from test_redis import limit, route
@@ -64,6 +64,26 @@ def test_sighup_changes_a_limit_and_keeps_its_count(gateway_factory):
     assert send(g, "/limited", 4) == [200, 200, 200, 429]
     # (logged on the reload thread just after the count moved: awaited)
     assert wait_until(lambda: "reload (SIGHUP)" in g.log_text(), 10), g.log_text()[-2000:]
+
+
+def test_a_reload_reaches_a_keep_alive_connection_s_next_request(gateway_factory):
+    """A connection open across a reload: its next request is limited by the new file
+    (its checks are built anew, not kept from the request before)."""
+    g = start(gateway_factory)
+    with g.connect() as s:
+        rd = Reader(s)
+        for _ in range(2):
+            s.sendall(get("/limited"))
+            r = read_response(s, reader=rd)
+            assert r.status == 200 and r.header("ratelimit-policy") == '"per-ip";q=3;w=3600'
+        rewrite(g, 5, g.config)
+        assert post_reload(g).status == 200
+        got = []
+        for _ in range(4):
+            s.sendall(get("/limited"))
+            r = read_response(s, reader=rd)
+            got.append((r.status, r.header("ratelimit-policy")))
+    assert got == [(200, '"per-ip";q=5;w=3600')] * 3 + [(429, '"per-ip";q=5;w=3600')]
 
 
 def test_post_reload_answers_and_takes_effect_at_once(gateway_factory):

@@ -222,3 +222,40 @@ TEST_CASE("a denial's body: problem details, text, or the route's template", "[p
   lim::append_rate_headers(headers, cfg::headers_mode::ietf, checks, decisions, true);
   CHECK(headers.find(R"(RateLimit-Policy: "per-key";q=5;w=3600;plan="gold")") != std::string::npos);
 }
+
+TEST_CASE("a route whose checks follow the client alone: address or global keys, fixed costs, no plans",
+          "[plans]") {
+  auto follows = [](const std::string& limits) {
+    auto rc = load(limits);
+    INFO(errors(rc));
+    REQUIRE(rc.ok());
+    return lim::checks_follow_client(rc.cfg->routes[0]);
+  };
+  const std::string window = ", limit: 3, window: 1h}\n";
+  CHECK(follows("      - {name: a, algorithm: fixed_window, key: ip" + window +
+                "      - {name: b, algorithm: sliding_window, key: global" + window +
+                "      - {name: c, algorithm: fixed_window, key: [ip, global], cost: 2" + window));
+  // Anything else the request says, or a number it carries, makes the checks its own.
+  CHECK_FALSE(follows("      - {name: a, algorithm: fixed_window, key: ip" + window +
+                      "      - {name: b, algorithm: fixed_window, key: \"header:X-Key\"" + window));
+  CHECK_FALSE(follows("      - {name: a, algorithm: fixed_window, key: [ip, \"query:k\"]" + window));
+  CHECK_FALSE(follows("      - {name: a, algorithm: fixed_window, key: ip, cost: \"header:X-Cost\"" + window));
+  CHECK_FALSE(follows("      - {name: a, algorithm: fixed_window, key: ip, cost: body_bytes" + window));
+  CHECK_FALSE(follows(kPlanned));
+
+  // Such checks are what build_checks makes for any request of that client.
+  auto rc = load("      - {name: a, algorithm: fixed_window, key: ip" + window);
+  REQUIRE(rc.ok());
+  std::vector<lim::check> one, other;
+  header_map h1{{"X-Key", "k1"}}, h2{{"X-Key", "k2"}, {"X-Cost", "7"}};
+  auto p1 = parts(h1), p2 = parts(h2);
+  p1.client = p2.client = "192.0.2.1";
+  p2.query = "k=v";
+  CHECK(lim::build_checks(one, "fg:", rc.cfg->routes[0], p1) == 0);
+  CHECK(lim::build_checks(other, "fg:", rc.cfg->routes[0], p2) == 0);
+  REQUIRE(one.size() == 1);
+  REQUIRE(other.size() == 1);
+  CHECK(one[0].key == other[0].key);
+  CHECK(one[0].cfg == other[0].cfg);
+  CHECK(one[0].cost == other[0].cost);
+}
