@@ -243,14 +243,23 @@ bool build_downstream_response(const response_head& h, const response_context& c
   connection_tokens conn(h);
   unsigned codings = 0;  // Transfer-Encoding fields, and whether each said `chunked` alone
   bool chunked_only = true;
+  // The fields kept go out as the head holds them, a run of adjacent ones in one copy.
+  std::string_view run;
   for (const auto& f : h) {
     if (always_hop_by_hop(f.name())) {
       if (f.name() == bhttp::field::transfer_encoding) ++codings, chunked_only = chunked_only && iequals(f.value(), "chunked");
       continue;
     }
     if (!conn.empty() && conn.contains(f.name_string())) continue;
-    append_field(out, f.name_string(), f.value());
+    const auto line = f.line();
+    if (run.data() + run.size() == line.data()) {
+      run = {run.data(), run.size() + line.size()};
+    } else {
+      out.append(run);
+      run = line;
+    }
   }
+  out.append(run);
   switch (ctx.framing) {
     case response_framing::length: {
       auto [q, ec2] = std::to_chars(num, num + sizeof num, ctx.length);

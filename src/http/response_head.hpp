@@ -28,6 +28,9 @@ class response_head {
     boost::beast::http::field name() const { return id_; }
     std::string_view name_string() const { return name_; }
     std::string_view value() const { return value_; }
+    // The field as it goes out: its name, ": ", its value and CRLF (so the head keeps it).
+    // Two fields in a row are adjacent in the head: a run of them is one piece of text.
+    std::string_view line() const { return {name_.data(), name_.size() + value_.size() + 4}; }
 
    private:
     friend class response_head;
@@ -79,27 +82,23 @@ class response_head {
     fields_.clear();
     status_ = status;
     version_ = version;
-    append(reason, {});
+    text_.resize(reason.size(), boost::container::default_init);
+    if (!reason.empty()) std::memcpy(text_.data(), reason.data(), reason.size());
     reason_size_ = reason.size();
   }
   void add(boost::beast::http::field id, std::string_view name, std::string_view value) {
-    const auto at = static_cast<std::uint32_t>(append(name, value));
-    fields_.push_back({id, at, static_cast<std::uint32_t>(name.size()), at + static_cast<std::uint32_t>(name.size()),
-                       static_cast<std::uint32_t>(value.size())});
+    // (as the field goes out, "name: value\r\n": see field_ref::line)
+    const auto at = text_.size();
+    text_.resize(at + name.size() + value.size() + 4, boost::container::default_init);
+    util::put(util::put(util::put(util::put(text_.data() + at, name), ": "), value), "\r\n");
+    const auto name_at = static_cast<std::uint32_t>(at);
+    fields_.push_back({id, name_at, static_cast<std::uint32_t>(name.size()),
+                       name_at + static_cast<std::uint32_t>(name.size()) + 2, static_cast<std::uint32_t>(value.size())});
   }
 
  private:
   field_ref at(const entry& e) const {
     return {e.id, {text_.data() + e.name_at, e.name_size}, {text_.data() + e.value_at, e.value_size}};
-  }
-  // Appends `a` then `b` to the text (grown without zeroing what is then written); where
-  // they begin.
-  std::size_t append(std::string_view a, std::string_view b) {
-    const auto at = text_.size();
-    text_.resize(at + a.size() + b.size(), boost::container::default_init);
-    if (!a.empty()) std::memcpy(text_.data() + at, a.data(), a.size());
-    if (!b.empty()) std::memcpy(text_.data() + at + a.size(), b.data(), b.size());
-    return at;
   }
   // (a head is at most the parser's header_limit, 64 KiB: offsets fit in 32 bits)
   boost::container::small_vector<char, 512> text_;
