@@ -155,7 +155,7 @@ def test_small_bodies_are_relayed_whole_however_they_arrive(gateway):
     with gateway.connect() as s:
         rd = Reader(s)
         for n in (1, 2, 1023, 1024, 1025, 4096):
-            for how in ("together=1", "pause_ms=30", "together=1"):
+            for how in ("together=1", "pause_ms=30", "together=0"):
                 s.sendall(get(f"/download?bytes={n}&{how}"))
                 r = read_response(s, reader=rd)
                 assert r.status == 200 and r.header("content-length") == str(n), (n, how)
