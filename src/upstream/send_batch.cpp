@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "net/peek.hpp"
+#include "net/read_wait.hpp"
 
 namespace fg::upstream {
 
@@ -208,6 +209,9 @@ void send_batch::drop_stale(std::vector<write>& writes) {
   for (std::size_t i = 0, k = 0; i < writes.size(); ++i) {
     auto& w = writes[i];
     if (!w.look_first || results_[k++] == -EAGAIN) {
+      // Looked at just now and found empty: the response's read, which starts once this
+      // write has gone, waits for its arrival instead of trying a recv first.
+      if (w.look_first) net::read_waits_for_input(*w.socket);
       kept_.push_back(std::move(w));
       continue;
     }

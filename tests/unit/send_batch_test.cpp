@@ -25,6 +25,7 @@
 #include <cstring>
 #include <cstddef>
 
+#include "net/read_wait.hpp"
 #include "upstream/send_batch.hpp"
 
 // upstream::send_batch over real loopback TCP connections: what is queued arrives whole
@@ -283,6 +284,23 @@ TEST_CASE("send_batch: a write that looks first is not sent where the peer close
     // (the clean ones' writes went out in the same submission and have arrived: a stale
     // one's would have too)
     for (std::size_t i = 0; i < stale; ++i) CHECK(pairs[i].server.available() == 0);
+    // A clean one was found empty: its answer's read waits for input instead of trying a
+    // recv first (net::read_waits_for_input), and gets the answer that comes.
+    auto probe = connect_pairs(io, 1);
+    fg::net::read_waits_for_input(probe[0].client);
+    if (fg::net::read_tries_first(probe[0].client)) return;  // (not this Boost's reactor)
+    std::vector<std::string> answers(n);
+    std::vector<std::array<char, 64>> bufs_in(n);
+    for (std::size_t i = stale; i < n; ++i) {
+      CHECK_FALSE(fg::net::read_tries_first(pairs[i].client));
+      pairs[i].client.async_read_some(asio::buffer(bufs_in[i]), [&, i](boost::system::error_code ec, std::size_t m) {
+        answers[i] = ec ? "error: " + ec.message() : std::string(bufs_in[i].data(), m);
+      });
+    }
+    for (std::size_t i = stale; i < n; ++i) asio::write(pairs[i].server, asio::buffer(std::string_view("HTTP/1.1 204 No Content\r\n\r\n")));
+    io.restart();
+    io.run_for(std::chrono::seconds(10));
+    for (std::size_t i = stale; i < n; ++i) CHECK(answers[i] == "HTTP/1.1 204 No Content\r\n\r\n");
   };
   run(4, 2);
   run(300, 150);
