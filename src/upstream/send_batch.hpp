@@ -27,9 +27,10 @@ namespace fg::upstream {
 // The responses: with every write of a turn sent at its end, a client's write costs no
 // system call of its own. bench/ab.py against the build that sent them one `sendmsg`
 // each: proxy CPU per request 0.95x at 64 connections, 0.82x at 256. (The read of the
-// client's next request then starts before the client can have answered, and mostly
-// finds nothing: about 0.8 reads per request that return EAGAIN, which cost less than
-// the sends they replace.)
+// client's next request then starts before the client can have answered, and often
+// finds nothing: about half a read per request that returns EAGAIN, which costs less
+// than the sends it replaces. The upstream's answer is not tried so: a write that
+// looks first leaves the socket it found empty waiting for input, net/read_wait.hpp.)
 //
 // Per worker thread. While a `collect` lives, the thread's writes are queued
 // here (`current()` is set); when it ends they are sent with MSG_DONTWAIT, so nothing
@@ -78,7 +79,9 @@ class send_batch {
   // `s` is a pooled connection taken without a look at its socket (pool::take_idle
   // leaves that to the batch): the batch looks at the sockets of all such writes in one
   // submission first, and a write whose socket the peer closed or sent anything on is
-  // not sent: it completes with stale_connection().
+  // not sent: it completes with stale_connection(). A socket found empty has its next
+  // read wait for input (net::read_waits_for_input): the answer's read tries no recv
+  // before the answer can have come.
   void add(boost::asio::ip::tcp::socket& s, std::span<const boost::asio::const_buffer> bufs, handler h,
            bool look_first = false, completes when = completes::whole);
 

@@ -18,6 +18,7 @@
 
 #include "admin_fakes.hpp"
 #include "deadline/board.hpp"
+#include "net/read_wait.hpp"
 #include "upstream/pool.hpp"
 
 namespace {
@@ -216,4 +217,35 @@ TEST_CASE("pool: a reload keeps the idle connections of an upstream it keeps, dr
   CHECK(r.pool.idle_count("api") == 1);
   r.pool.close_idle();
   CHECK(r.pool.idle_total() == 0);
+}
+
+TEST_CASE("pool: a connection found empty at its take waits for its answer without trying a read first",
+          "[pool]") {
+  rig r;
+  r.pool_one();
+  auto c = r.pool.take_idle(r.api(), *r.watch);
+  REQUIRE(c);
+  if (c->look_on_send) return;  // (the batch looks, and marks it: send_batch's test)
+  {
+    tcp::socket probe(r.ioc);  // (read_wait does nothing with a reactor it does not know)
+    probe.open(tcp::v4());
+    fg::net::read_waits_for_input(probe);
+    if (fg::net::read_tries_first(probe)) return;
+  }
+  CHECK_FALSE(fg::net::read_tries_first(c->socket));
+  // The answer, sent once the read waits, reaches it.
+  char buf[32];
+  std::string got;
+  c->socket.async_read_some(asio::buffer(buf), [&](boost::system::error_code ec, std::size_t n) {
+    got = ec ? "error: " + ec.message() : std::string(buf, n);
+  });
+  r.ioc.poll();
+  CHECK(got.empty());
+  const std::string answer = "HTTP/1.1 204 No Content\r\n\r\n";
+  REQUIRE(::send(r.accepted.back().native_handle(), answer.data(), answer.size(), 0) ==
+          static_cast<ssize_t>(answer.size()));
+  r.ioc.restart();
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (got.empty() && std::chrono::steady_clock::now() < until) r.ioc.run_one_for(5ms);
+  CHECK(got == answer);
 }
