@@ -12,7 +12,9 @@ Same set-up as bench/bench.py (nginx origin, nginx plain proxy, floodgate with i
 routes, redis-server beside wrk). Needs linux-perf (syscalls) or valgrind (callgrind):
     apt-get install -y linux-perf valgrind
 Build floodgate first (bench/run.sh does); FLOODGATE_BIN picks another binary;
-FG_PROFILE_ADMIN=1 turns the admin listener on (so the metrics are counted)."""
+FG_PROFILE_ADMIN=1 turns the admin listener on (so the metrics are counted);
+FG_PROFILE_STORE=memory counts every limit in the process (`callgrind /memory`: peers.py's
+memory-store path)."""
 import os
 import re
 import shutil
@@ -59,7 +61,9 @@ class Setup:
         bench.FLOODGATE = "/bin/true"
         # FG_PROFILE_ADMIN=1: with the admin listener on (metrics counted).
         admin = bench.free_port() if os.environ.get("FG_PROFILE_ADMIN") == "1" else None
-        bench.start_floodgate(d, self.fg, self.up, self.redis, admin).wait()
+        # FG_PROFILE_STORE=memory: every limit in the process (/memory is peers.py's).
+        store = os.environ.get("FG_PROFILE_STORE", "redis")
+        bench.start_floodgate(d, self.fg, self.up, self.redis, admin, store=store).wait()
         bench.FLOODGATE = saved
         conf = d / "floodgate.yaml"
         p = subprocess.Popen(["taskset", "-c", bench.SERVER_CORE, *wrapper, bench.FLOODGATE, "--config", str(conf)],
