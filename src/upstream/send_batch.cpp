@@ -93,8 +93,8 @@ boost::system::error_code send_batch::stale_connection() {
 }
 
 void send_batch::add(boost::asio::ip::tcp::socket& s, std::span<const boost::asio::const_buffer> bufs, handler h,
-                     bool look_first, completes when) {
-  queued_.push_back({&s, bufs, std::move(h), look_first, when});
+                     bool look_first, completes when, bool read_next) {
+  queued_.push_back({&s, bufs, std::move(h), look_first, when, read_next});
   // Outside a collect (which sends when it ends), the turn's sending is posted once.
   if (!collecting && !flush_posted_ && turns_) {
     flush_posted_ = true;
@@ -132,10 +132,12 @@ void send_batch::send_on_ring(std::span<write> writes, std::vector<int>& results
   const std::size_t n = writes.size();
   // (the scratch vectors are the batch's, kept from one send to the next: no allocation
   // once they have grown; sized before any pointer into them is taken)
-  std::size_t pieces = 0;
-  for (const auto& w : writes) pieces += w.bufs.size();
+  std::size_t pieces = 0, looks = 0;
+  for (const auto& w : writes) pieces += w.bufs.size(), looks += w.read_next ? 1 : 0;
+  if (n + looks > ring_entries) looks = 0;  // (no room: the reads try first, as before)
   iov_.resize(pieces);
   msgs_.resize(n);
+  probes_.resize(looks);
   for (std::size_t i = 0, at = 0; i < n; ++i) {
     msgs_[i] = {};
     msgs_[i].msg_iov = iov_.data() + at;
@@ -147,7 +149,20 @@ void send_batch::send_on_ring(std::span<write> writes, std::vector<int>& results
     io_uring_prep_sendmsg(sqe, writes[i].socket->native_handle(), &msgs_[i], MSG_DONTWAIT | MSG_NOSIGNAL);
     io_uring_sqe_set_data64(sqe, i);
   }
-  run_ring(n, results);
+  // The looks after the sends (run_ring takes entry i to be send i): a peer that has
+  // already answered shows bytes, and its read tries at once, as before.
+  for (std::size_t i = 0, k = 0; k < looks; ++i) {
+    if (!writes[i].read_next) continue;
+    auto* sqe = io_uring_get_sqe(&ring_->r);
+    io_uring_prep_recv(sqe, writes[i].socket->native_handle(), &probes_[k], 1, MSG_PEEK | MSG_DONTWAIT);
+    io_uring_sqe_set_data64(sqe, n + k++);
+  }
+  results.resize(n + looks, -EAGAIN);
+  if (!run_ring(n + looks, results)) return;
+  // Found empty (-EAGAIN) just now, with no turn of the loop since: the next read waits
+  // for input (net/read_wait.hpp). Bytes already there, or the end: it tries at once.
+  for (std::size_t i = 0, k = 0; k < looks; ++i)
+    if (writes[i].read_next && results[n + k++] == -EAGAIN) net::read_waits_for_input(*writes[i].socket);
 }
 
 bool send_batch::run_ring(std::size_t n, std::vector<int>& results) {

@@ -26,11 +26,12 @@ namespace fg::upstream {
 //
 // The responses: with every write of a turn sent at its end, a client's write costs no
 // system call of its own. bench/ab.py against the build that sent them one `sendmsg`
-// each: proxy CPU per request 0.95x at 64 connections, 0.82x at 256. (The read of the
-// client's next request then starts before the client can have answered, and often
-// finds nothing: about half a read per request that returns EAGAIN, which costs less
-// than the sends it replaces. The upstream's answer is not tried so: a write that
-// looks first leaves the socket it found empty waiting for input, net/read_wait.hpp.)
+// each: proxy CPU per request 0.95x at 64 connections, 0.82x at 256. (The read that
+// follows a write, of the upstream's answer or of the client's next request, starts
+// before the peer can have answered. Asio would try it at once and find nothing, a
+// recv returning EAGAIN, about 1 µs here: 1.34 of them per request at 64 connections.
+// The batch looks at those sockets in its submission instead, look_first and
+// read_next below, and one found empty has its read wait for input: none left.)
 //
 // Per worker thread. While a `collect` lives, the thread's writes are queued
 // here (`current()` is set); when it ends they are sent with MSG_DONTWAIT, so nothing
@@ -82,8 +83,12 @@ class send_batch {
   // not sent: it completes with stale_connection(). A socket found empty has its next
   // read wait for input (net::read_waits_for_input): the answer's read tries no recv
   // before the answer can have come.
+  // `read_next`: `s` is read next, once this write has gone (a client's next request):
+  // where the write goes on the ring, the submission also looks at `s` (MSG_PEEK), and a
+  // socket found empty has that read wait for input rather than try a recv before the
+  // peer can have answered.
   void add(boost::asio::ip::tcp::socket& s, std::span<const boost::asio::const_buffer> bufs, handler h,
-           bool look_first = false, completes when = completes::whole);
+           bool look_first = false, completes when = completes::whole, bool read_next = false);
 
   // What a write whose pooled connection turned out stale completes with: nothing of it
   // went out (ENOTCONN).
@@ -98,6 +103,7 @@ class send_batch {
     handler done;
     bool look_first = false;
     completes when = completes::whole;
+    bool read_next = false;
   };
   struct ring;
   static send_batch& of_this_thread();
@@ -118,7 +124,8 @@ class send_batch {
   // `results[i]` gets the result of entry i (user data i); false if the ring failed (it
   // is then closed, and what it did not take is left as it was).
   bool run_ring(std::size_t n, std::vector<int>& results);
-  // Sends `writes` in one submission; `results[i]` gets what send i returned.
+  // Sends `writes` in one submission; `results[i]` gets what send i returned. The
+  // sockets of writes `read_next` are looked at in it too (see add).
   void send_on_ring(std::span<write> writes, std::vector<int>& results);
   std::unique_ptr<ring> ring_;
   bool tried_ = false;
