@@ -29,12 +29,12 @@ per_check<std::size_t> lock_order(per_check<std::size_t> idx) {
 memory_store::memory_store(std::size_t max_keys)
     : shards_(shard_count), max_per_shard_(std::max<std::size_t>(1, max_keys / shard_count)) {}
 
-std::size_t memory_store::shard_of(std::string_view key) const {
-  return std::hash<std::string_view>{}(key) % shard_count;
+memory_store::hashed memory_store::hashed_of(std::string_view key) {
+  return {key, std::hash<std::string_view>{}(key)};
 }
 
 void memory_store::erase(shard& s, std::list<entry>::iterator it) {
-  s.map.erase(std::string_view(it->key));
+  s.map.erase(hashed_of(it->key));
   s.lru.erase(it);
 }
 
@@ -55,8 +55,8 @@ void memory_store::note_eviction(std::int64_t now) {
                  max_per_shard_, shard_count, evicted);
 }
 
-key_state& memory_store::touch(shard& s, const std::string& key, std::int64_t now, std::span<key_state* const> keep) {
-  if (auto it = s.map.find(std::string_view(key)); it != s.map.end()) {
+key_state& memory_store::touch(shard& s, const hashed& key, std::int64_t now, std::span<key_state* const> keep) {
+  if (auto it = s.map.find(key); it != s.map.end()) {
     s.lru.splice(s.lru.begin(), s.lru, it->second);
     return it->second->state;
   }
@@ -74,19 +74,23 @@ key_state& memory_store::touch(shard& s, const std::string& key, std::int64_t no
       erase(s, victim);
     }
   }
-  s.lru.push_front(entry{key, key_state{}});
-  s.map.emplace(std::string_view(s.lru.front().key), s.lru.begin());
+  s.lru.push_front(entry{std::string(key.key), key_state{}});
+  s.map.emplace(hashed{s.lru.front().key, key.hash}, s.lru.begin());
   return s.lru.front().state;
 }
 
 void memory_store::peek(std::span<const check> checks, std::span<decision> out, std::int64_t now) const {
+  per_check<hashed> keys;
   per_check<std::size_t> idx;
-  for (const auto& c : checks) idx.push_back(shard_of(c.key));
+  for (const auto& c : checks) {
+    keys.push_back(hashed_of(c.key));
+    idx.push_back(keys.back().hash % shard_count);
+  }
   per_check<std::unique_lock<std::mutex>> locks;
   for (auto i : lock_order(idx)) locks.emplace_back(shards_[i].mu);
   for (std::size_t i = 0; i < checks.size(); ++i) {
     const auto& sh = shards_[idx[i]];
-    auto it = sh.map.find(std::string_view(checks[i].key));
+    auto it = sh.map.find(keys[i]);
     // A copy: evaluating without commit still drops expired entries from the state.
     key_state s = it == sh.map.end() ? key_state{} : it->second->state;
     out[i] = limit::evaluate(*checks[i].cfg, s, now, checks[i].cost, false);
@@ -95,9 +99,24 @@ void memory_store::peek(std::span<const check> checks, std::span<decision> out, 
 
 memory_store::result memory_store::evaluate(std::span<const check> checks, std::span<decision> out, std::int64_t now,
                                             std::uint64_t lease) {
+  if (checks.size() == 1) {
+    // One limit (most routes): one lock, one evaluation. Committing at once is the same
+    // as looking first: an algorithm's decision does not depend on `commit`, and a
+    // denial records nothing.
+    const auto key = hashed_of(checks[0].key);
+    auto& sh = shard_of(key);
+    std::lock_guard lock(sh.mu);
+    out[0] = limit::evaluate(*checks[0].cfg, touch(sh, key, now, {}), now, checks[0].cost, true, lease);
+    if (now >= sh.next_sweep) sweep(sh, now);
+    return result::ok;
+  }
   // Lock every shard involved, in index order (no deadlock), so the checks are one step.
+  per_check<hashed> keys;
   per_check<std::size_t> idx;
-  for (const auto& c : checks) idx.push_back(shard_of(c.key));
+  for (const auto& c : checks) {
+    keys.push_back(hashed_of(c.key));
+    idx.push_back(keys.back().hash % shard_count);
+  }
   const auto order = lock_order(idx);
   per_check<std::unique_lock<std::mutex>> locks;
   for (auto i : order) locks.emplace_back(shards_[i].mu);
@@ -105,7 +124,7 @@ memory_store::result memory_store::evaluate(std::span<const check> checks, std::
   per_check<key_state*> states(checks.size());
   for (std::size_t i = 0; i < checks.size(); ++i)
     // Keys this call already holds (expired or just created) must survive a sweep.
-    states[i] = &touch(shards_[idx[i]], checks[i].key, now, std::span<key_state* const>(states.data(), i));
+    states[i] = &touch(shards_[idx[i]], keys[i], now, std::span<key_state* const>(states.data(), i));
   bool blocked = false;
   for (std::size_t i = 0; i < checks.size(); ++i) {
     out[i] = limit::evaluate(*checks[i].cfg, *states[i], now, checks[i].cost, false, lease);
@@ -121,36 +140,41 @@ memory_store::result memory_store::evaluate(std::span<const check> checks, std::
 }
 
 void memory_store::release(const std::string& key, std::uint64_t lease) {
-  auto& sh = shards_[shard_of(key)];
+  const auto k = hashed_of(key);
+  auto& sh = shard_of(k);
   std::lock_guard lock(sh.mu);
-  auto it = sh.map.find(std::string_view(key));
+  auto it = sh.map.find(k);
   if (it != sh.map.end()) release_lease(it->second->state, lease);
 }
 
 void memory_store::erase(const std::string& key) {
-  auto& sh = shards_[shard_of(key)];
+  const auto k = hashed_of(key);
+  auto& sh = shard_of(k);
   std::lock_guard lock(sh.mu);
-  auto it = sh.map.find(std::string_view(key));
+  auto it = sh.map.find(k);
   if (it != sh.map.end()) erase(sh, it->second);
 }
 
 void memory_store::charge(const check& c, std::uint64_t amount, std::int64_t now) {
-  auto& sh = shards_[shard_of(c.key)];
+  const auto k = hashed_of(c.key);
+  auto& sh = shard_of(k);
   std::lock_guard lock(sh.mu);
-  limit::charge(*c.cfg, touch(sh, c.key, now, {}), now, amount);
+  limit::charge(*c.cfg, touch(sh, k, now, {}), now, amount);
 }
 
 void memory_store::give(const check& c, std::uint64_t amount, std::int64_t now) {
-  auto& sh = shards_[shard_of(c.key)];
+  const auto k = hashed_of(c.key);
+  auto& sh = shard_of(k);
   std::lock_guard lock(sh.mu);
-  auto it = sh.map.find(std::string_view(c.key));
+  auto it = sh.map.find(k);
   if (it != sh.map.end()) limit::give(*c.cfg, it->second->state, now, amount);
 }
 
 void memory_store::renew(const std::string& key, std::uint64_t lease, std::int64_t now, std::int64_t lifetime_ms) {
-  auto& sh = shards_[shard_of(key)];
+  const auto k = hashed_of(key);
+  auto& sh = shard_of(k);
   std::lock_guard lock(sh.mu);
-  auto it = sh.map.find(std::string_view(key));
+  auto it = sh.map.find(k);
   if (it == sh.map.end()) return;
   sh.lru.splice(sh.lru.begin(), sh.lru, it->second);
   auto& st = it->second->state;

@@ -58,15 +58,27 @@ class memory_store {
     std::string key;
     key_state state;
   };
+  // A key with its hash, computed once per call: the shard is chosen by it and the
+  // shard's map finds the key by it (hashing a key twice cost ~70 instructions).
+  struct hashed {
+    std::string_view key;
+    std::size_t hash;
+    bool operator==(const hashed& o) const { return key == o.key; }
+  };
+  struct hash_of {
+    std::size_t operator()(const hashed& h) const noexcept { return h.hash; }
+  };
   struct shard {
     mutable std::mutex mu;
     std::list<entry> lru;  // most recently used first
-    std::unordered_map<std::string_view, std::list<entry>::iterator> map;  // views into lru's keys
+    std::unordered_map<hashed, std::list<entry>::iterator, hash_of> map;  // views into lru's keys
     std::int64_t next_sweep = 0;
   };
-  std::size_t shard_of(std::string_view key) const;
+  static hashed hashed_of(std::string_view key);
+  shard& shard_of(const hashed& key) { return shards_[key.hash % shard_count]; }
+  const shard& shard_of(const hashed& key) const { return shards_[key.hash % shard_count]; }
   // The key's state, created (making room if the shard is full) when absent; used now.
-  key_state& touch(shard& s, const std::string& key, std::int64_t now, std::span<key_state* const> keep);
+  key_state& touch(shard& s, const hashed& key, std::int64_t now, std::span<key_state* const> keep);
   // Erases expired keys, except those in `keep` (states the caller still points to).
   void sweep(shard& s, std::int64_t now, std::span<key_state* const> keep = {});
   void erase(shard& s, std::list<entry>::iterator it);

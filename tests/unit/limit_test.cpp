@@ -706,6 +706,41 @@ TEST_CASE("memory_store: threads share one key exactly", "[limit]") {
   CHECK(denied == 1000);
 }
 
+TEST_CASE("memory_store: one limit alone answers as it does beside a limit that admits everything", "[limit]") {
+  // A single check takes the store's short path (one lock, one evaluation that commits
+  // at once); with a second check it takes the general one (look at all, then record).
+  // Every algorithm, costs of 1 and 3, through admissions, denials, delays and expiry.
+  auto delayed = rated(cfg::algorithm::gcra, 10, 1000, 2);
+  delayed.max_delay = std::chrono::milliseconds(300);
+  const std::vector<cfg::limit_config> limits = {
+      windowed(cfg::algorithm::fixed_window, 5, 1000),   windowed(cfg::algorithm::sliding_log, 5, 1000),
+      windowed(cfg::algorithm::sliding_window, 5, 1000), rated(cfg::algorithm::token_bucket, 10, 1000, 4),
+      rated(cfg::algorithm::gcra, 10, 1000, 4),          windowed(cfg::algorithm::concurrency, 3, 500),
+      delayed,
+  };
+  auto open = windowed(cfg::algorithm::fixed_window, 1'000'000, 60'000, "open");
+  for (const auto& c : limits) {
+    CAPTURE(static_cast<int>(c.algo));
+    memory_store alone, beside;
+    int denials = 0;
+    for (std::int64_t t = 0; t < 3000; t += 37) {
+      const std::uint64_t cost = c.algo == cfg::algorithm::concurrency || t % 3 ? 1 : 3;
+      const auto lease = static_cast<std::uint64_t>(t + 1);
+      auto a = run(alone, {{&c, "k", cost}}, t, lease);
+      auto b = run(beside, {{&c, "k", cost}, {&open, "o", 1}}, t, lease);
+      CAPTURE(t);
+      REQUIRE(b.out[1].allowed);
+      CHECK(a.out[0].allowed == b.out[0].allowed);
+      CHECK(a.out[0].limit == b.out[0].limit);
+      CHECK(a.out[0].remaining == b.out[0].remaining);
+      CHECK(a.out[0].reset_ms == b.out[0].reset_ms);
+      CHECK(a.out[0].retry_ms == b.out[0].retry_ms);
+      denials += !a.out[0].allowed;
+    }
+    CHECK(denials > 0);  // the sequence reached the limit
+  }
+}
+
 TEST_CASE("every algorithm: clock readings that arrive out of order admit no more than in order", "[limit]") {
   // Each worker reads the clock before it waits for the store's lock, so a store sees
   // readings up to a lock wait behind the newest. A flood of a request every ms for 5 s,
