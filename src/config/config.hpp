@@ -291,6 +291,10 @@ struct limit_config {
   std::vector<limit_config> plans;
   std::string plan;
   bool unlimited = false;
+  // This limit's RateLimit-Policy item (rate_policy_item with its quota), written by the
+  // loader once the numbers above are final, so that a response copies it instead of
+  // formatting it; "" in a limit made by hand (it is then formatted per response).
+  std::string rate_policy;
 };
 
 // token_bucket and gcra take rate + burst; the others limit + window.
@@ -299,6 +303,11 @@ inline bool rate_based(const limit_config& l) {
 }
 // The quota a limit's decisions report: its burst if rate-based, else its limit.
 inline std::uint64_t quota(const limit_config& l) { return rate_based(l) ? l.burst : l.limit; }
+// The limit's item in a RateLimit-Policy field (the IETF rate-limit headers draft) with
+// quota `q`: "name";q=100;w=60, then ;qu="content-bytes" for an upload quota and
+// ;plan="gold" for a plan. w is the window in whole seconds, rounded up (a rate-based
+// limit's: the time its burst takes to refill).
+std::string rate_policy_item(const limit_config& l, std::uint64_t q);
 // sliding_log and concurrency name their Redis entries after the request (its nonce).
 inline bool names_entries(const limit_config& l) {
   return l.algo == algorithm::sliding_log || l.algo == algorithm::concurrency;

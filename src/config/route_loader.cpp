@@ -72,7 +72,11 @@ void route_loader::routes(const YAML::Node& node, config& c) {
     if (auto n = o.get("limits"); present(n)) limits(n, rc);
     for (auto& l : rc.limits) {
       l.index = limit_count_++;
-      for (auto& p : l.plans) p.index = l.index;
+      l.rate_policy = rate_policy_item(l, quota(l));
+      for (auto& p : l.plans) {
+        p.index = l.index;
+        p.rate_policy = rate_policy_item(p, quota(p));
+      }
     }
     if (limit_count_ > caps::limits) {
       r_.error(rn, "a configuration has at most " + std::to_string(caps::limits) + " limits in all its routes, route '" +

@@ -75,6 +75,32 @@ TEST_CASE("plans: each a copy of its limit with its own numbers, the limit's own
   for (const auto& p : l.plans) CHECK(p.name == "per-key");
 }
 
+TEST_CASE("the loader writes each limit's and each plan's RateLimit-Policy item once", "[plans]") {
+  auto r = load(kPlanned +
+                "      - name: uploads\n        algorithm: token_bucket\n        key: ip\n        rate: 10/s\n"
+                "        burst: 20000\n        cost: body_bytes\n");
+  INFO(errors(r));
+  REQUIRE(r.ok());
+  const auto& l = r.cfg->routes[0].limits[0];
+  CHECK(l.rate_policy == R"("per-key";q=3;w=3600)");
+  CHECK(l.plans[0].rate_policy == R"("per-key";q=5;w=3600;plan="gold")");
+  CHECK(l.plans[2].rate_policy == R"("per-key";q=3;w=3600;plan="default")");
+  const auto& up = r.cfg->routes[0].limits[1];
+  CHECK(up.rate_policy == R"("uploads";q=20000;w=2000;qu="content-bytes")");
+  for (const auto* c : {&l, &l.plans[0], &l.plans[2], &up}) CHECK(c->rate_policy == cfg::rate_policy_item(*c, cfg::quota(*c)));
+
+  // A response copies it; a decision with another quota has its item formatted.
+  auto marked = l.plans[0];
+  marked.rate_policy = "(the loader's copy)";
+  std::vector<lim::check> checks{{&marked, "k", 1}};
+  std::string out;
+  lim::append_rate_headers(out, cfg::headers_mode::ietf, checks, std::vector<lim::decision>{{true, 5, 4, 1000, 0}}, false);
+  CHECK(out.find("RateLimit-Policy: (the loader's copy)\r\n") != std::string::npos);
+  out.clear();
+  lim::append_rate_headers(out, cfg::headers_mode::ietf, checks, std::vector<lim::decision>{{true, 7, 4, 1000, 0}}, false);
+  CHECK(out.find(R"(RateLimit-Policy: "per-key";q=7;w=3600;plan="gold")") != std::string::npos);
+}
+
 TEST_CASE("plans: what the loader refuses, at its line", "[plans]") {
   struct bad {
     std::string limits;
