@@ -5,7 +5,6 @@
 #include "config/config.hpp"
 #include "limit/rate_headers.hpp"
 #include "limit/deny_cache.hpp"
-#include "limit/deny_cache.hpp"
 
 namespace fg::limit {
 
