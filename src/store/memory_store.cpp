@@ -39,21 +39,10 @@ void memory_store::erase(shard& s, std::list<entry>::iterator it) {
 }
 
 void memory_store::sweep(shard& s, std::int64_t now, std::span<key_state* const> keep) {
-  // By buckets, not down the recency list: a bucket index stays valid across erasures
-  // and rehashes (taken modulo the count), so each sweep goes on where the last stopped.
-  const std::size_t buckets = s.map.bucket_count();
-  std::size_t seen = 0;
-  boost::container::small_vector<std::list<entry>::iterator, 8> gone;
-  for (std::size_t n = 0; n < buckets && seen < sweep_budget; ++n) {
-    const std::size_t b = s.sweep_bucket % buckets;
-    s.sweep_bucket = b + 1;
-    gone.clear();
-    for (auto it = s.map.begin(b); it != s.map.end(b); ++it, ++seen) {
-      const auto e = it->second;
-      if (e->state.expires_at <= now && std::find(keep.begin(), keep.end(), &e->state) == keep.end())
-        gone.push_back(e);
-    }
-    for (auto e : gone) erase(s, e);
+  for (auto it = s.lru.begin(); it != s.lru.end();) {
+    auto next = std::next(it);
+    if (it->state.expires_at <= now && std::find(keep.begin(), keep.end(), &it->state) == keep.end()) erase(s, it);
+    it = next;
   }
   s.next_sweep = now + 1000;
 }

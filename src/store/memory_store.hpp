@@ -49,11 +49,6 @@ class memory_store {
   void renew(const std::string& key, std::uint64_t lease, std::int64_t now, std::int64_t lifetime_ms);
 
   std::size_t size() const;
-  // Keys a sweep of expired keys looks at, at most: a shard's pass is spread over its
-  // sweeps (one a second, made by a call on the shard), so that a sweep holds the
-  // shard's lock for a bounded time, not for every key of a full shard (15,625 at the
-  // default cap).
-  static constexpr std::size_t sweep_budget = 1024;
   // Keys evicted before they expired, since the start.
   std::uint64_t evictions() const { return evicted_total_.load(std::memory_order_relaxed); }
 
@@ -78,17 +73,13 @@ class memory_store {
     std::list<entry> lru;  // most recently used first
     std::unordered_map<hashed, std::list<entry>::iterator, hash_of> map;  // views into lru's keys
     std::int64_t next_sweep = 0;
-    std::size_t sweep_bucket = 0;  // the map's bucket where the next sweep goes on
   };
-
   static hashed hashed_of(std::string_view key);
   shard& shard_of(const hashed& key) { return shards_[key.hash % shard_count]; }
   const shard& shard_of(const hashed& key) const { return shards_[key.hash % shard_count]; }
   // The key's state, created (making room if the shard is full) when absent; used now.
   key_state& touch(shard& s, const hashed& key, std::int64_t now, std::span<key_state* const> keep);
-  // Erases expired keys, except those in `keep` (states the caller still points to),
-  // among the next sweep_budget keys of the shard's map, bucket by bucket from where the
-  // last sweep stopped.
+  // Erases expired keys, except those in `keep` (states the caller still points to).
   void sweep(shard& s, std::int64_t now, std::span<key_state* const> keep = {});
   void erase(shard& s, std::list<entry>::iterator it);
   void note_eviction(std::int64_t now);

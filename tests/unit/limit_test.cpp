@@ -585,33 +585,6 @@ TEST_CASE("memory_store: expired keys are swept", "[limit]") {
   CHECK(st.size() == 1);
 }
 
-TEST_CASE("memory_store: a sweep looks at a bounded number of keys, a shard's pass spread over its sweeps", "[limit]") {
-  memory_store st(64 * 10'000);
-  auto c = windowed(cfg::algorithm::fixed_window, 5, 1000);
-  const std::string anchor = "anchor";
-  std::vector<std::string> keys;
-  for (int i = 0; keys.size() < 3 * memory_store::sweep_budget; ++i)
-    if (auto k = "s" + std::to_string(i); shard(k) == shard(anchor)) keys.push_back(k);
-  for (const auto& k : keys) run(st, {{&c, k, 1}}, 1);  // the shard's sweep ran at 1, the next is due at 1001
-  REQUIRE(st.size() == keys.size());
-  // Every key has expired at 2000; each sweep (one a second) takes what it looks at.
-  std::size_t left = keys.size();
-  for (std::int64_t now : {2000, 3000, 4000}) {
-    run(st, {{&c, anchor, 1}}, now);
-    const std::size_t taken = left + 1 - st.size();
-    CAPTURE(now);
-    // The budget, give or take the last bucket's keys (a bucket is looked at whole) and
-    // the live anchor: the keys and the hash are fixed, so this is the same every run.
-    CHECK(taken <= memory_store::sweep_budget + 16);
-    CHECK(taken >= memory_store::sweep_budget - 16);
-    left -= taken;
-    run(st, {{&c, anchor, 1}}, now + 1);  // no sweep within the second
-    CHECK(st.size() == left + 1);
-  }
-  run(st, {{&c, anchor, 1}}, 5000);  // the rest
-  CHECK(st.size() == 1);
-}
-
 TEST_CASE("memory_store: past the cap a new key takes an expired key's place, else the least recently used", "[limit]") {
   memory_store st(128);  // two keys per shard
   auto c = windowed(cfg::algorithm::fixed_window, 5, 1000);
