@@ -39,7 +39,11 @@ void append_rate_headers(std::string& out, config::headers_mode mode, std::span<
   std::size_t bound = 64;  // Retry-After
   std::size_t count = 0;
   for (std::size_t i = 0; i < checks.size(); ++i)
-    if (shown(i)) ++count, bound += 2 * (checks[i].cfg->name.size() + 12 + 2 * int_chars) + checks[i].cfg->plan.size() + 32;
+    // (the loader's policy item counted as it is: a copy of a loaded limit changed after
+    // would carry an item that need not match its name and plan)
+    if (shown(i))
+      ++count, bound += 2 * (checks[i].cfg->name.size() + 12 + 2 * int_chars) + checks[i].cfg->plan.size() + 32 +
+                        checks[i].cfg->rate_policy.size();
   const bool fields = mode != config::headers_mode::none && count > 0;
   if (fields && ietf) bound += 64;
   if (fields && legacy) bound += 96 + 3 * int_chars;
