@@ -308,6 +308,8 @@ inline std::uint64_t quota(const limit_config& l) { return rate_based(l) ? l.bur
 // ;plan="gold" for a plan. w is the window in whole seconds, rounded up (a rate-based
 // limit's: the time its burst takes to refill).
 std::string rate_policy_item(const limit_config& l, std::uint64_t q);
+// Milliseconds as whole seconds, rounded up (0 for none or less).
+std::int64_t ceil_seconds(std::int64_t ms);
 // sliding_log and concurrency name their Redis entries after the request (its nonce).
 inline bool names_entries(const limit_config& l) {
   return l.algo == algorithm::sliding_log || l.algo == algorithm::concurrency;

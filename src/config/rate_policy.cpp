@@ -5,9 +5,9 @@
 
 namespace fg::config {
 
-namespace {
-
 std::int64_t ceil_seconds(std::int64_t ms) { return ms <= 0 ? 0 : (ms + 999) / 1000; }
+
+namespace {
 
 // The policy window in seconds: the limit's window, or the time its burst takes to refill.
 std::int64_t window_seconds(const limit_config& l) {

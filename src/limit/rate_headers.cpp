@@ -9,8 +9,6 @@
 
 namespace fg::limit {
 
-std::int64_t ceil_seconds(std::int64_t ms) { return ms <= 0 ? 0 : (ms + 999) / 1000; }
-
 namespace {
 
 // The fields are written in one pass through a pointer into space reserved up front

@@ -21,7 +21,7 @@ void append_rate_headers(std::string& out, config::headers_mode mode, std::span<
                          std::span<const decision> decisions, bool denied,
                          reported which = reported::every_limit);
 
-// Whole seconds, rounded up.
-std::int64_t ceil_seconds(std::int64_t ms);
+// Whole seconds, rounded up (config's: the policy item's window uses it too).
+using config::ceil_seconds;
 
 }  // namespace fg::limit

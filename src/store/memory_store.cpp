@@ -26,6 +26,14 @@ per_check<std::size_t> lock_order(per_check<std::size_t> idx) {
 
 }  // namespace
 
+template <class Keys, class Indexes>
+void memory_store::hash_keys(std::span<const check> checks, Keys& keys, Indexes& idx) {
+  for (const auto& c : checks) {
+    keys.push_back(hashed_of(c.key));
+    idx.push_back(shard_index(keys.back()));
+  }
+}
+
 memory_store::memory_store(std::size_t max_keys)
     : shards_(shard_count), max_per_shard_(std::max<std::size_t>(1, max_keys / shard_count)) {}
 
@@ -82,10 +90,7 @@ key_state& memory_store::touch(shard& s, const hashed& key, std::int64_t now, st
 void memory_store::peek(std::span<const check> checks, std::span<decision> out, std::int64_t now) const {
   per_check<hashed> keys;
   per_check<std::size_t> idx;
-  for (const auto& c : checks) {
-    keys.push_back(hashed_of(c.key));
-    idx.push_back(keys.back().hash % shard_count);
-  }
+  hash_keys(checks, keys, idx);
   per_check<std::unique_lock<std::mutex>> locks;
   for (auto i : lock_order(idx)) locks.emplace_back(shards_[i].mu);
   for (std::size_t i = 0; i < checks.size(); ++i) {
@@ -113,10 +118,7 @@ memory_store::result memory_store::evaluate(std::span<const check> checks, std::
   // Lock every shard involved, in index order (no deadlock), so the checks are one step.
   per_check<hashed> keys;
   per_check<std::size_t> idx;
-  for (const auto& c : checks) {
-    keys.push_back(hashed_of(c.key));
-    idx.push_back(keys.back().hash % shard_count);
-  }
+  hash_keys(checks, keys, idx);
   const auto order = lock_order(idx);
   per_check<std::unique_lock<std::mutex>> locks;
   for (auto i : order) locks.emplace_back(shards_[i].mu);

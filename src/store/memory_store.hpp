@@ -75,8 +75,11 @@ class memory_store {
     std::int64_t next_sweep = 0;
   };
   static hashed hashed_of(std::string_view key);
-  shard& shard_of(const hashed& key) { return shards_[key.hash % shard_count]; }
-  const shard& shard_of(const hashed& key) const { return shards_[key.hash % shard_count]; }
+  static std::size_t shard_index(const hashed& key) { return key.hash % shard_count; }
+  shard& shard_of(const hashed& key) { return shards_[shard_index(key)]; }
+  // Each check's key hashed (into `keys`) and its shard's index (into `idx`), in order.
+  template <class Keys, class Indexes>
+  static void hash_keys(std::span<const check> checks, Keys& keys, Indexes& idx);
   // The key's state, created (making room if the shard is full) when absent; used now.
   key_state& touch(shard& s, const hashed& key, std::int64_t now, std::span<key_state* const> keep);
   // Erases expired keys, except those in `keep` (states the caller still points to).
