@@ -104,6 +104,9 @@ std::string server::metrics() const {
   g.reloads_ok = reloads_ok_.load(std::memory_order_relaxed);
   g.reloads_failed = reloads_failed_.load(std::memory_order_relaxed);
   const auto cfg = current_config();
+  g.redis = cfg->store == config::store_kind::redis;
+  g.redis_stalled = redis::connection_events::stalled.load(std::memory_order_relaxed);
+  g.redis_connect_timeouts = redis::connection_events::connect_timeouts.load(std::memory_order_relaxed);
   g.sentinel = cfg->store == config::store_kind::redis && cfg->redis.mode == config::redis_mode::sentinel;
   g.sentinel_master_changes = redis::sentinel_events::master_changes.load(std::memory_order_relaxed);
   g.sentinel_not_master = redis::sentinel_events::not_master.load(std::memory_order_relaxed);

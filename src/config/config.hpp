@@ -1,4 +1,5 @@
 #pragma once
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -69,8 +70,20 @@ struct redis_config {
   // Sentinel mode: how many of the sentinels asked must name the same master (0: every
   // sentinel that answers must name it).
   unsigned sentinel_quorum = 0;
+  // An idle connection is checked this often (PING; a subscriber subscribes again).
+  duration ping_interval{1000};
+  // A connection awaiting a reply with no byte from the server for this long, or a
+  // connect not done in it, is closed and made again; 0: derived (effective_stall_timeout).
+  duration stall_timeout{0};
   bool operator==(const redis_config&) const = default;
 };
+
+// redis.stall_timeout as set, or max(1s, 5 x redis.timeout): a few timeouts, and never so
+// short that a Redis pausing for a fork or a slow script is dropped by every gateway.
+inline duration effective_stall_timeout(const redis_config& c) {
+  if (c.stall_timeout.count() > 0) return c.stall_timeout;
+  return std::max(duration{1000}, c.timeout * 5);
+}
 
 struct memory_config {
   std::size_t max_keys = 1'000'000;  // the memory store's cap (least recently used evicted past it)

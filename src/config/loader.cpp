@@ -166,12 +166,35 @@ class loader {
     }
     if (auto n = o.get("sentinel_quorum"); present(n))
       set(rc.sentinel_quorum, r_.unsigned_int(n, 0, std::max<std::size_t>(1, rc.addresses.size())));
+    liveness(o, rc);
     if (rc.mode == redis_mode::cluster) {
       // A cluster has one database; a brace in the prefix would be every key's hash tag.
       auto at = [&](const char* k) { return present(o.get(k)) ? o.get(k) : node; };
       if (rc.database != 0) r_.error(at("database"), "redis.database must be 0 with redis.mode cluster");
       if (rc.key_prefix.find_first_of("{}") != std::string::npos)
         r_.error(at("key_prefix"), "redis.key_prefix must not contain '{' or '}' with redis.mode cluster");
+    }
+  }
+
+  // redis.ping_interval and redis.stall_timeout: how a connection that stopped answering
+  // is found (redis/liveness.hpp).
+  void liveness(yaml_reader::object& o, redis_config& rc) {
+    auto within = [&](const YAML::Node& n, duration lo, duration hi, const char* what) -> std::optional<duration> {
+      auto d = positive_duration(n);
+      if (d && (*d < lo || *d > hi)) {
+        r_.error(n, std::string("redis.") + what + " must be from " + std::to_string(lo.count()) + "ms to " +
+                        std::to_string(hi.count() / 1000) + "s");
+        return std::nullopt;
+      }
+      return d;
+    };
+    if (auto n = o.get("ping_interval"); present(n))
+      set(rc.ping_interval, within(n, duration{100}, duration{3'600'000}, "ping_interval"));
+    if (auto n = o.get("stall_timeout"); present(n)) {
+      auto d = within(n, duration{100}, duration{600'000}, "stall_timeout");
+      // A reply late by less than a command's own deadline is no stall.
+      if (d && *d <= rc.timeout) r_.error(n, "redis.stall_timeout must be longer than redis.timeout");
+      else set(rc.stall_timeout, d);
     }
   }
 

@@ -251,6 +251,15 @@ std::string render_metrics(const config::config& cfg, std::span<const worker_met
   reloads.metric.push_back(counter_of({{"result", "ok"}}, gauges.reloads_ok));
   reloads.metric.push_back(counter_of({{"result", "failed"}}, gauges.reloads_failed));
   families.push_back(std::move(reloads));
+  if (gauges.redis) {
+    MetricFamily events{"floodgate_redis_connection_events_total",
+                        "Redis connections closed and made again: no reply byte for redis.stall_timeout while "
+                        "commands waited (stalled), a connect not done in that time (connect_timeout).",
+                        MetricType::Counter, {}};
+    events.metric.push_back(counter_of({{"event", "stalled"}}, gauges.redis_stalled));
+    events.metric.push_back(counter_of({{"event", "connect_timeout"}}, gauges.redis_connect_timeouts));
+    families.push_back(std::move(events));
+  }
   if (gauges.sentinel) {
     MetricFamily events{"floodgate_redis_sentinel_events_total",
                         "Sentinel mode: the master the sentinels name changed (a failover followed), a server "

@@ -179,6 +179,8 @@ struct process_gauges {
   std::uint64_t open_connections = 0;
   std::uint64_t pooled_connections = 0;  // idle upstream connections in the workers' pools
   std::uint64_t reloads_ok = 0, reloads_failed = 0;
+  bool redis = false;  // store: redis: its connections' events are shown
+  std::uint64_t redis_stalled = 0, redis_connect_timeouts = 0;
   bool sentinel = false;  // redis.mode sentinel: its events are shown
   std::uint64_t sentinel_master_changes = 0, sentinel_not_master = 0, sentinel_switch_master = 0;
   bool cluster = false;  // redis.mode cluster: its events and nodes are shown

@@ -57,6 +57,7 @@ void adapter::wait_read() {
     reading_ = false;
     if (ec || !ac_) return;
     if (want_read_) {
+      last_input_ = std::chrono::steady_clock::now();
       // Past the cap the read fails the connection (hiredis' protocol-error path).
       refuse_if_overfull(ac_->c.reader);
       redisAsyncHandleRead(ac_);

@@ -2,6 +2,7 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 
+#include <chrono>
 #include <memory>
 
 #include "redis/reply_bounds.hpp"
@@ -28,6 +29,8 @@ class adapter {
   redisAsyncContext* context() const { return ac_; }
   // hiredis frees the context (a failed connect, a disconnect) or we are about to.
   void forget() { ac_ = nullptr; }
+  // When the socket last had input for hiredis (a reply byte, or the peer's close).
+  std::chrono::steady_clock::time_point last_input() const { return last_input_; }
 
  private:
   static void add_read(void* self);
@@ -45,6 +48,7 @@ class adapter {
   redisAsyncContext* ac_ = nullptr;
   std::weak_ptr<void> owner_;
   reply_budget budget_;
+  std::chrono::steady_clock::time_point last_input_{};
   // What hiredis wants, and whether a wait for it is outstanding.
   bool want_read_ = false, want_write_ = false, reading_ = false, writing_ = false;
 };

@@ -33,7 +33,6 @@ connect_action connect_fsm::on_connected() {
   state_ = state::ready;
   connect_action a{connect_action_type::ready};
   a.again = backoff_.attempts() > 0;
-  backoff_.reset();
   return a;
 }
 

@@ -41,8 +41,9 @@ struct connect_action {
 
 // When to connect, when the connection is usable and when to try again, with no I/O:
 // the connection feeds it what happened and does what it answers. Losses and failures
-// wait a jittered, growing, capped delay (backoff), reset by a successful connect. A
-// failed setup command (wrong password, no such database) is logged and the
+// wait a jittered, growing, capped delay (backoff), reset by the first answer on a
+// connection (on_answered; a connect alone proves little: a hung server's kernel still
+// accepts). A failed setup command (wrong password, no such database) is logged and the
 // connection kept: its commands then fail with Redis' own error, which callers report.
 class connect_fsm {
  public:
@@ -52,6 +53,8 @@ class connect_fsm {
   connect_action start();
   // The TCP connection is up (hiredis' connect callback, status OK).
   connect_action on_connected();
+  // The server answered on this connection: the backoff starts again from its base.
+  void on_answered() { backoff_.reset(); }
   // No connection: the name did not resolve, or hiredis could not connect.
   connect_action on_connect_failed(const char* why, double random01);
   // An established connection went away.

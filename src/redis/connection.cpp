@@ -10,6 +10,10 @@
 #include <hiredis/hiredis.h>
 #include <spdlog/spdlog.h>
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <random>
 #include <string_view>
 #include "util/asio.hpp"
@@ -26,6 +30,19 @@ double random01() {
   return std::uniform_real_distribution<double>(0.0, 1.0)(rng);
 }
 
+// Keepalive probes after a second idle, three a second apart; data unacknowledged for
+// `stall` ends the connection (the kernel's defaults are two hours and ~15 minutes).
+// Best effort: a refusal leaves the liveness check, which needs none of it.
+void watch_in_kernel(int fd, std::chrono::milliseconds stall) {
+  const int on = 1, idle = 1, interval = 1, count = 3;
+  const unsigned user_timeout = static_cast<unsigned>(stall.count());
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof user_timeout);
+}
+
 reply_kind kind_of(const redisReply* r) {
   if (!r) return reply_kind::lost;
   if (r->type == REDIS_REPLY_ERROR && std::string_view(r->str, r->len).starts_with("NOSCRIPT")) return reply_kind::noscript;
@@ -36,12 +53,14 @@ reply_kind kind_of(const redisReply* r) {
 
 connection::connection(asio::any_io_executor ex, config::redis_config cfg, std::string script)
     : ex_(ex), cfg_(std::move(cfg)), script_(std::move(script)), topology_(make_topology(ex, cfg_)), adapter_(ex),
-      deadline_timer_(ex), reconnect_timer_(ex) {}
+      deadline_timer_(ex), live_(cfg_.ping_interval, config::effective_stall_timeout(cfg_)), live_timer_(ex),
+      reconnect_timer_(ex) {}
 
 connection::connection(asio::any_io_executor ex, config::redis_config cfg, std::string script,
                        std::unique_ptr<topology> where)
     : ex_(ex), cfg_(std::move(cfg)), script_(std::move(script)), topology_(std::move(where)), adapter_(ex),
-      deadline_timer_(ex), reconnect_timer_(ex) {
+      deadline_timer_(ex), live_(cfg_.ping_interval, config::effective_stall_timeout(cfg_)), live_timer_(ex),
+      reconnect_timer_(ex) {
   auto seeds = topology_->seeds();
   if (!seeds.empty()) endpoint_ = seeds.front();
 }
@@ -99,6 +118,7 @@ void connection::run(const connect_action& a) {
     case connect_action_type::close:
       reconnect_timer_.cancel();
       deadline_timer_.cancel();
+      live_timer_.cancel();
       if (auto* ac = adapter_.context()) {
         adapter_.forget();
         // Calls every pending callback with no reply, then the adapter's cleanup.
@@ -147,6 +167,13 @@ void connection::connect_to(const std::string& ip) {
   adapter_.attach(ac, weak_from_this());
   redisAsyncSetConnectCallback(ac, &connection::on_connect);
   redisAsyncSetDisconnectCallback(ac, &connection::on_disconnect);
+  // The kernel's checks too, well short of its default hours: keepalive probes on an
+  // idle connection, and data unacknowledged past the stall timeout ends it.
+  watch_in_kernel(ac->c.fd, live_.stall_after());
+  answered_ = false;
+  subscribing_ = false;
+  live_.on_connecting(clock::now());
+  arm_liveness();
   queue_setup();
 }
 
@@ -166,6 +193,7 @@ void connection::queue_setup() {
     // with no reply): not a pending command.
     redisAsyncCommand(adapter_.context(), &connection::on_message, this, "SUBSCRIBE %b", sub_channel_.data(),
                       sub_channel_.size());
+    subscribing_ = true;
   }
   if (topology_->verify_role()) {
     // A sentinel's answer may be stale, or a master may have become a replica: what
@@ -191,13 +219,15 @@ void connection::on_connect(const redisAsyncContext* ac, int status) {
     self->run(self->fsm_.on_connect_failed(ac->errstr, random01()));
     return;
   }
+  self->live_.on_ready(clock::now());
   self->run(self->fsm_.on_connected());
 }
 
 void connection::on_disconnect(const redisAsyncContext* ac, int status) {
   auto* self = static_cast<connection*>(ac->data);
   self->adapter_.forget();
-  const char* why = status == REDIS_OK ? "closed" : (ac->errstr[0] ? ac->errstr : "connection lost");
+  const char* why = std::exchange(self->closing_why_, nullptr);
+  if (!why) why = status == REDIS_OK ? "closed" : (ac->errstr[0] ? ac->errstr : "connection lost");
   self->run(self->fsm_.on_lost(why, random01()));
 }
 
@@ -208,7 +238,14 @@ void connection::on_message(redisAsyncContext*, void* r, void* privdata) {
   if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 3) return;
   const auto* kind = rep->element[0];
   const auto* payload = rep->element[2];
-  if (kind->type != REDIS_REPLY_STRING || std::string_view(kind->str, kind->len) != "message") return;
+  if (kind->type != REDIS_REPLY_STRING) return;
+  if (std::string_view(kind->str, kind->len) == "subscribe") {
+    // The first confirmation, or a probe's (SUBSCRIBE again): the server answers.
+    self->subscribing_ = false;
+    self->answered();
+    return;
+  }
+  if (std::string_view(kind->str, kind->len) != "message") return;
   if (payload->type != REDIS_REPLY_STRING || !self->on_message_) return;
   self->on_message_(std::string_view(payload->str, payload->len));
 }
@@ -249,6 +286,7 @@ void connection::on_reply(redisAsyncContext* ac, void* r, void* privdata) {
       break;
     }
   auto* rep = static_cast<const redisReply*>(r);
+  if (rep) self->answered();
   switch (p->fsm.on_reply(kind_of(rep), self->adapter_.context() != nullptr)) {
     case reply_action::deliver:
       self->finish(p, {}, rep);
@@ -286,6 +324,7 @@ bool connection::submit(const std::string& cmd, pending* p) {
     delete p;
     return false;
   }
+  live_.on_sent(clock::now(), awaiting());
   pending_.push_back(p);
   arm_deadline_timer();
   return true;
@@ -332,6 +371,85 @@ void connection::arm_deadline_timer() {
     });
     return;
   }
+}
+
+void connection::answered() {
+  // A connect alone proves little (a hung server's kernel still accepts): only an
+  // answer ends the backoff, so that connections to a server that answers nothing
+  // come ever less often.
+  if (std::exchange(answered_, true)) return;
+  fsm_.on_answered();
+}
+
+void connection::arm_liveness() {
+  if (live_armed_) return;
+  live_armed_ = true;
+  live_timer_.expires_after(live_.period());
+  live_timer_.async_wait([w = weak_from_this()](error_code ec) {
+    auto self = w.lock();
+    if (!self) return;
+    self->live_armed_ = false;
+    if (!ec) self->on_live_tick();
+  });
+}
+
+void connection::on_live_tick() {
+  // Waiting to reconnect, or stopped: the next connect arms it again.
+  if (!adapter_.context()) return;
+  const auto now = clock::now();
+  live_.on_input(adapter_.last_input());
+  switch (live_.on_tick(now, awaiting())) {
+    case liveness::action::none:
+      break;
+    case liveness::action::probe:
+      probe();
+      break;
+    case liveness::action::close:
+      close_stalled(now);
+      return;
+  }
+  arm_liveness();
+}
+
+void connection::probe() {
+  auto* ac = adapter_.context();
+  if (!ac || !fsm_.ready()) return;
+  if (sub_channel_.empty()) {
+    // Its reply is of no interest: that one comes is the point.
+    queue(format_command({"PING"}), new pending{{}, clock::now() + cfg_.timeout, command_fsm(), 0, {}});
+    return;
+  }
+  // A RESP2 subscriber can take no PING that hiredis 0.14 would match to a callback;
+  // subscribing again to the same channel is answered with a confirmation (on_message).
+  if (redisAsyncCommand(ac, &connection::on_message, this, "SUBSCRIBE %b", sub_channel_.data(), sub_channel_.size()) ==
+      REDIS_OK) {
+    live_.on_sent(clock::now(), awaiting());
+    subscribing_ = true;
+  }
+}
+
+void connection::close_stalled(clock::time_point now) {
+  auto* ac = adapter_.context();
+  const bool connecting = !(ac->c.flags & REDIS_CONNECTED);
+  const auto quiet_ms = std::chrono::duration_cast<std::chrono::milliseconds>(live_.quiet(now)).count();
+  if (connecting) {
+    connection_events::connect_timeouts.fetch_add(1, std::memory_order_relaxed);
+    spdlog::warn("Redis {}: connect not done after {} ms: closing it, connecting again", endpoint_.str(), quiet_ms);
+  } else {
+    connection_events::stalled.fetch_add(1, std::memory_order_relaxed);
+    spdlog::warn("Redis {}: no reply for {} ms with {} command(s) waiting (redis.stall_timeout {} ms): closing the "
+                 "connection, connecting again",
+                 endpoint_.str(), quiet_ms, pending_.size() + subscribing_, live_.stall_after().count());
+  }
+  closing_why_ = connecting ? "connect timed out" : "stalled: no reply";
+  // Forgotten first: what the freeing fails may send again, and must find no context.
+  adapter_.forget();
+  // Fails every pending command (no reply); a connected context's disconnect callback
+  // then schedules the reconnect.
+  redisAsyncFree(ac);
+  if (fsm_.current() == connect_fsm::state::connecting)
+    run(fsm_.on_connect_failed(std::exchange(closing_why_, nullptr), random01()));
+  closing_why_ = nullptr;
 }
 
 asio::awaitable<std::pair<error_code, reply>> connection::command(std::vector<std::string> args) {

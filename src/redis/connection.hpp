@@ -3,6 +3,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <functional>
@@ -16,6 +17,7 @@
 #include "redis/command_fsm.hpp"
 #include "redis/connect_fsm.hpp"
 #include "redis/error.hpp"
+#include "redis/liveness.hpp"
 #include "redis/reply.hpp"
 #include "redis/resp.hpp"
 #include "redis/script.hpp"
@@ -26,10 +28,19 @@ struct redisReply;
 
 namespace fg::redis {
 
+// What the connections of the whole process saw (every worker's, the admin's), for the
+// metrics: closed for want of an answer (redis/liveness.hpp), a connect not done in time.
+struct connection_events {
+  static inline std::atomic<std::uint64_t> stalled{0};
+  static inline std::atomic<std::uint64_t> connect_timeouts{0};
+};
+
 // One Redis connection driven by a worker's event loop: hiredis' async API on our
 // Asio adapter, many commands in flight (pipelined), a deadline per command (a late
 // reply is discarded), AUTH/SELECT and script loading on every connect, reconnect
-// with jittered exponential backoff. What to do when is decided by connect_fsm and
+// with jittered exponential backoff. One that stops answering (no reply byte for
+// redis.stall_timeout while something is awaited, an idle one PINGed every
+// redis.ping_interval) is closed and made again (redis/liveness.hpp). What to do when is decided by connect_fsm and
 // command_fsm; this class does the I/O. Not thread-safe: one per worker.
 class connection : public std::enable_shared_from_this<connection> {
  public:
@@ -91,6 +102,16 @@ class connection : public std::enable_shared_from_this<connection> {
   void queue_setup();
   void log_lost(const char* why);
   void arm_deadline_timer();
+  // The liveness check: a tick every liveness::period() while a context exists.
+  void arm_liveness();
+  void on_live_tick();
+  // An idle connection asks for an answer: PING, or on a subscriber SUBSCRIBE again.
+  void probe();
+  // No answer in time: the connection is freed (what waits fails) and made again.
+  void close_stalled(std::chrono::steady_clock::time_point now);
+  // A reply came: the first since the connect resets the reconnect backoff.
+  void answered();
+  bool awaiting() const { return !pending_.empty() || subscribing_; }
   void finish(pending* p, boost::system::error_code ec, const redisReply* r);
   // Queues the RESP command `cmd` for `p` (which it takes) once connected; false (p
   // deleted, done posted with not_connected) when down or hiredis refuses it.
@@ -110,6 +131,15 @@ class connection : public std::enable_shared_from_this<connection> {
   std::deque<pending*> pending_;
   boost::asio::steady_timer deadline_timer_;
   bool deadline_armed_ = false;
+  liveness live_;
+  boost::asio::steady_timer live_timer_;
+  bool live_armed_ = false;
+  // A subscriber's SUBSCRIBE awaits its confirmation (it has no pending entry).
+  bool subscribing_ = false;
+  // Whether this connection answered since it connected (the backoff resets then).
+  bool answered_ = false;
+  // Why the connection is being closed by us, for on_disconnect's log line.
+  const char* closing_why_ = nullptr;
   boost::asio::steady_timer reconnect_timer_;
   obs::error_log_limiter error_log_;
   std::string sub_channel_;

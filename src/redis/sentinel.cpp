@@ -30,6 +30,9 @@ config::redis_config sentinel_config(const config::redis_config& cfg, const conf
   s.password = cfg.sentinel_password;
   s.database = 0;
   s.timeout = std::max(cfg.timeout, std::chrono::milliseconds(200));
+  s.ping_interval = cfg.ping_interval;
+  // (never shorter than two of its own, longer, timeouts)
+  if (cfg.stall_timeout.count() > 0) s.stall_timeout = std::max(cfg.stall_timeout, 2 * s.timeout);
   return s;
 }
 

@@ -33,6 +33,7 @@ SECTIONS = {
     ("loader.cpp", "admin", "o"): "admin.",
     ("loader.cpp", "log", "o"): "log.",
     ("loader.cpp", "redis", "o"): "redis.",
+    ("loader.cpp", "liveness", "o"): "redis.",
     ("loader.cpp", "client_ip", "o"): "client_ip.",
     ("loader.cpp", "http", "o"): "http.",
     ("loader.cpp", "resolver", "o"): "resolver.",

@@ -869,7 +869,9 @@ class RedisSentinel:
 
     name = "mymaster"
 
-    def __init__(self, tmp_path, sentinels=3, down_after_ms=1000, failover_timeout_ms=3000):
+    def __init__(self, tmp_path, sentinels=3, down_after_ms=1000, failover_timeout_ms=3000, master_front=None):
+        """master_front(address): something with a .port that forwards to the master (a
+        FaultProxy): the sentinels then monitor, and name, that port."""
         if not shutil.which("redis-sentinel"):
             raise RuntimeError("redis-sentinel is not installed (Debian's redis-sentinel: scripts/deps.sh test)")
         started = time.monotonic()
@@ -882,10 +884,11 @@ class RedisSentinel:
                 self.servers.append(SyncingRedisServer(d, extra=extra))
             wait_for("replica in sync", lambda: "master_link_status:up" in
                         self.servers[1].cli("info", "replication"), 15)
+            self.monitored = master_front(self.servers[0].address).port if master_front else self.servers[0].port
             for i in range(sentinels):
                 d = tmp_path / f"sentinel{i}"
                 d.mkdir(parents=True)
-                self.sentinels.append(SentinelProcess(d, self.servers[0].port, sentinels // 2 + 1, down_after_ms,
+                self.sentinels.append(SentinelProcess(d, self.monitored, sentinels // 2 + 1, down_after_ms,
                                                       failover_timeout_ms))
             for s in self.sentinels:
                 wait_for(f"sentinel {s.port} ready", lambda s=s: self._knows_all(s), 15)
@@ -898,7 +901,7 @@ class RedisSentinel:
         master = sentinel.cli("sentinel", "get-master-addr-by-name", self.name).split()
         replicas = sentinel.cli("sentinel", "replicas", self.name)
         others = sentinel.cli("sentinel", "sentinels", self.name)
-        return (master == ["127.0.0.1", str(self.servers[0].port)] and
+        return (master == ["127.0.0.1", str(self.monitored)] and
                 f"127.0.0.1\nport\n{self.servers[1].port}" in replicas and
                 others.count("\nrunid\n") == len(self.sentinels) - 1)
 

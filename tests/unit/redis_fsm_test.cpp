@@ -8,6 +8,7 @@
 #include "redis/backoff.hpp"
 #include "redis/command_fsm.hpp"
 #include "redis/connect_fsm.hpp"
+#include "redis/liveness.hpp"
 
 // The Redis connection's decisions without a socket: the connect state machine is fed
 // what hiredis and the timers report, the command state machine the replies.
@@ -91,7 +92,7 @@ TEST_CASE("connect_fsm: refused connects back off, growing, jittered, capped", "
   CHECK(f.attempts() == 10);
 }
 
-TEST_CASE("connect_fsm: a success resets the backoff and says it connected again", "[redis]") {
+TEST_CASE("connect_fsm: an answer resets the backoff, a connect says it connected again", "[redis]") {
   connect_fsm f;
   f.start();
   refuse(f, 0.0);
@@ -100,6 +101,9 @@ TEST_CASE("connect_fsm: a success resets the backoff and says it connected again
   auto up = f.on_connected();
   CHECK(up.type == act::ready);
   CHECK(up.again);
+  // A connect alone resets nothing (a hung server's kernel accepts): the first answer does.
+  CHECK(f.attempts() == 3);
+  f.on_answered();
   CHECK(f.attempts() == 0);
   // Lost mid-flight: back to the first, shortest wait.
   auto lost = f.on_lost("Server closed the connection", 0.0);
@@ -117,10 +121,25 @@ TEST_CASE("connect_fsm: a success resets the backoff and says it connected again
   CHECK_FALSE(g.on_connected().again);
 }
 
-TEST_CASE("connect_fsm: losses in a row keep growing until a connect succeeds", "[redis]") {
+TEST_CASE("connect_fsm: losses of connections that never answered keep growing the wait", "[redis]") {
+  // A server that accepts and answers nothing (hung): each connection is closed for want
+  // of a reply; the waits between them grow as for refusals.
+  connect_fsm h;
+  h.start();
+  std::vector<std::chrono::milliseconds> waits;
+  for (int i = 0; i < 8; ++i) {
+    REQUIRE(h.on_connected().type == act::ready);
+    waits.push_back(h.on_lost("stalled: no reply", 0.0).delay);
+    REQUIRE(h.on_timer().type == act::connect);
+  }
+  CHECK(waits == std::vector<std::chrono::milliseconds>{25ms, 50ms, 100ms, 200ms, 400ms, 800ms, 1000ms, 1000ms});
+}
+
+TEST_CASE("connect_fsm: losses in a row keep growing until a connection answers", "[redis]") {
   connect_fsm f;
   f.start();
   f.on_connected();
+  f.on_answered();
   CHECK(f.on_lost("closed", 0.0).delay == 25ms);
   CHECK(f.on_timer().type == act::connect);
   // Refused while the server restarts: the wait grows from where the loss left it.
@@ -257,4 +276,77 @@ TEST_CASE("command_fsm: a timed-out command is answered once and never retried",
   REQUIRE(retried.on_reply(reply_kind::noscript, true) == reply_action::send_eval);
   CHECK(retried.on_deadline());
   CHECK(retried.on_reply(reply_kind::noscript, true) == reply_action::discard);
+}
+
+namespace {
+using fg::redis::liveness;
+using live = liveness::action;
+const auto t0 = std::chrono::steady_clock::time_point{} + 1h;
+}  // namespace
+
+TEST_CASE("liveness: an idle connection is probed every probe_every, counted from its last input", "[redis]") {
+  liveness l(1000ms, 1500ms);
+  l.on_connecting(t0);
+  l.on_ready(t0 + 10ms);
+  CHECK(l.on_tick(t0 + 900ms, false) == live::none);
+  CHECK(l.on_tick(t0 + 1010ms, false) == live::probe);
+  // Input (a reply, a message) moves the next probe on.
+  l.on_input(t0 + 1100ms);
+  CHECK(l.on_tick(t0 + 2000ms, false) == live::none);
+  CHECK(l.on_tick(t0 + 2100ms, false) == live::probe);
+  CHECK(l.period() == 500ms);
+}
+
+TEST_CASE("liveness: something awaited with no input for stall_after closes the connection", "[redis]") {
+  liveness l(1000ms, 1500ms);
+  l.on_connecting(t0);
+  l.on_ready(t0);
+  // Idle for a long time, then a command: the stall is counted from when it was sent.
+  l.on_sent(t0 + 10s, false);
+  CHECK(l.on_tick(t0 + 11s, true) == live::none);
+  CHECK(l.on_tick(t0 + 11490ms, true) == live::none);
+  CHECK(l.on_tick(t0 + 11500ms, true) == live::close);
+  CHECK(l.quiet(t0 + 11500ms) == 1500ms);
+  // More commands sent while one waits do not restart the count.
+  liveness m(1000ms, 1500ms);
+  m.on_ready(t0);
+  m.on_sent(t0 + 100ms, false);
+  m.on_sent(t0 + 1s, true);
+  m.on_sent(t0 + 1400ms, true);
+  CHECK(m.on_tick(t0 + 1600ms, true) == live::close);
+}
+
+TEST_CASE("liveness: a slow server that still sends bytes is kept", "[redis]") {
+  // Replies (or parts of one) keep coming, each later than the commands' own deadline.
+  liveness l(1000ms, 1000ms);
+  l.on_ready(t0);
+  l.on_sent(t0, false);
+  for (int i = 1; i <= 20; ++i) {
+    l.on_input(t0 + i * 900ms);
+    CHECK(l.on_tick(t0 + i * 900ms + 890ms, true) == live::none);
+  }
+  // Then nothing more.
+  CHECK(l.on_tick(t0 + 20 * 900ms + 1000ms, true) == live::close);
+}
+
+TEST_CASE("liveness: a connect not done in stall_after is given up", "[redis]") {
+  liveness l(5000ms, 1000ms);
+  l.on_connecting(t0);
+  CHECK(l.on_tick(t0 + 999ms, false) == live::none);
+  CHECK(l.on_tick(t0 + 1000ms, false) == live::close);
+  l.on_connecting(t0 + 2s);
+  l.on_ready(t0 + 2500ms);
+  // Connected and idle: the probe interval rules again.
+  CHECK(l.on_tick(t0 + 3600ms, false) == live::none);
+  CHECK(l.on_tick(t0 + 7500ms, false) == live::probe);
+  CHECK(l.period() == 500ms);
+}
+
+TEST_CASE("liveness: the stall timeout derived from redis.timeout", "[redis]") {
+  fg::config::redis_config c;
+  CHECK(fg::config::effective_stall_timeout(c) == 1000ms);
+  c.timeout = 400ms;
+  CHECK(fg::config::effective_stall_timeout(c) == 2000ms);
+  c.stall_timeout = 900ms;
+  CHECK(fg::config::effective_stall_timeout(c) == 900ms);
 }
