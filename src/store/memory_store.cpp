@@ -24,10 +24,17 @@ per_check<std::size_t> lock_order(per_check<std::size_t> idx) {
   return idx;
 }
 
+// Shards enough that none holds more than max_shard_keys (64 at least, a power of two).
+std::size_t shard_count_for(std::size_t max_keys) {
+  std::size_t n = 64;
+  while (max_keys / n > memory_store::max_shard_keys) n *= 2;
+  return n;
+}
+
 }  // namespace
 
 template <class Keys, class Indexes>
-void memory_store::hash_keys(std::span<const check> checks, Keys& keys, Indexes& idx) {
+void memory_store::hash_keys(std::span<const check> checks, Keys& keys, Indexes& idx) const {
   for (const auto& c : checks) {
     keys.push_back(hashed_of(c.key));
     idx.push_back(shard_index(keys.back()));
@@ -35,24 +42,63 @@ void memory_store::hash_keys(std::span<const check> checks, Keys& keys, Indexes&
 }
 
 memory_store::memory_store(std::size_t max_keys)
-    : shards_(shard_count), max_per_shard_(std::max<std::size_t>(1, max_keys / shard_count)) {}
+    : shards_(shard_count_for(max_keys)), max_per_shard_(std::max<std::size_t>(1, max_keys / shards_.size())) {}
 
 memory_store::hashed memory_store::hashed_of(std::string_view key) {
   return {key, std::hash<std::string_view>{}(key)};
 }
 
 void memory_store::erase(shard& s, std::list<entry>::iterator it) {
+  unindex(s, *it);
   s.map.erase(hashed_of(it->key));
   s.lru.erase(it);
 }
 
-void memory_store::sweep(shard& s, std::int64_t now, std::span<key_state* const> keep) {
-  for (auto it = s.lru.begin(); it != s.lru.end();) {
-    auto next = std::next(it);
-    if (it->state.expires_at <= now && std::find(keep.begin(), keep.end(), &it->state) == keep.end()) erase(s, it);
-    it = next;
+void memory_store::index(shard& s, entry& e) {
+  const auto slot = std::max<std::int64_t>(0, e.state.expires_at) >> slot_shift;
+  if (slot == e.slot) return;
+  unindex(s, e);
+  s.expiry[slot].push_back(e);
+  e.slot = slot;
+  if (((slot + 1) << slot_shift) < s.sweep_at) note_earliest(s);
+}
+
+void memory_store::unindex(shard& s, entry& e) {
+  if (e.slot == unindexed) return;
+  auto at = s.expiry.find(e.slot);
+  at->second.erase(at->second.iterator_to(e));
+  if (at->second.empty()) {
+    const bool first = at == s.expiry.begin();
+    s.expiry.erase(at);
+    if (first) note_earliest(s);
   }
-  s.next_sweep = now + 1000;
+  e.slot = unindexed;
+}
+
+std::list<memory_store::entry>::iterator memory_store::expired(shard& s, std::int64_t now,
+                                                                      std::span<entry* const> keep) {
+  // A slot's keys all expire before any later slot's: only slots begun by now can hold
+  // an expired key, and in one wholly past every key has. A slot begun but not past is
+  // unordered: a few of its keys are looked at.
+  int looked = 0;
+  for (auto at = s.expiry.begin(); at != s.expiry.end() && (at->first << slot_shift) <= now; ++at)
+    for (auto& e : at->second) {
+      if (e.state.expires_at <= now && std::find(keep.begin(), keep.end(), &e) == keep.end())
+        return s.map.find(hashed_of(e.key))->second;
+      if (++looked == 16) return s.lru.end();
+    }
+  return s.lru.end();
+}
+
+void memory_store::sweep(shard& s, std::int64_t now) {
+  for (std::size_t erased = 0; erased < sweep_budget && due(s, now); ++erased)
+    erase(s, s.map.find(hashed_of(s.expiry.begin()->second.front().key))->second);
+  shrink(s);
+}
+
+void memory_store::shrink(shard& s) {
+  // (a quarter full at most, so that a shard hovering at one size does not rehash again and again)
+  if (s.map.bucket_count() > 64 && s.map.size() * 4 < s.map.bucket_count()) s.map.rehash(s.map.size() * 2);
 }
 
 void memory_store::note_eviction(std::int64_t now) {
@@ -60,20 +106,25 @@ void memory_store::note_eviction(std::int64_t now) {
   if (auto evicted = evicted_.add(now))
     spdlog::warn("memory store under key pressure ({} keys per shard, {} shards): {} live key(s) evicted, least "
                  "recently used first, since the last report",
-                 max_per_shard_, shard_count, evicted);
+                 max_per_shard_, shards_.size(), evicted);
 }
 
-key_state& memory_store::touch(shard& s, const hashed& key, std::int64_t now, std::span<key_state* const> keep) {
+memory_store::entry& memory_store::touch(shard& s, const hashed& key, std::int64_t now, std::span<entry* const> keep) {
   if (auto it = s.map.find(key); it != s.map.end()) {
     s.lru.splice(s.lru.begin(), s.lru, it->second);
-    return it->second->state;
+    return *it->second;
+  }
+  // Full: an expired key's place first (found in the expiry index), then the least
+  // recently used live one's.
+  while (s.map.size() >= max_per_shard_) {
+    auto victim = expired(s, now, keep);
+    if (victim == s.lru.end()) break;
+    erase(s, victim);
   }
   if (s.map.size() >= max_per_shard_) {
-    // Expired keys first (at most one full pass per second), then the least recently used.
-    if (now >= s.next_sweep) sweep(s, now, keep);
     for (auto it = s.lru.end(); s.map.size() >= max_per_shard_ && it != s.lru.begin();) {
       --it;
-      if (std::find(keep.begin(), keep.end(), &it->state) != keep.end()) continue;
+      if (std::find(keep.begin(), keep.end(), &*it) != keep.end()) continue;
       // A key holding live concurrency leases is not forgotten: its requests are in flight.
       if (std::any_of(it->state.leases.begin(), it->state.leases.end(), [&](const auto& l) { return l.second > now; }))
         continue;
@@ -82,9 +133,10 @@ key_state& memory_store::touch(shard& s, const hashed& key, std::int64_t now, st
       erase(s, victim);
     }
   }
-  s.lru.push_front(entry{std::string(key.key), key_state{}});
+  s.lru.emplace_front();
+  s.lru.front().key = key.key;
   s.map.emplace(hashed{s.lru.front().key, key.hash}, s.lru.begin());
-  return s.lru.front().state;
+  return s.lru.front();
 }
 
 void memory_store::peek(std::span<const check> checks, std::span<decision> out, std::int64_t now) const {
@@ -111,8 +163,10 @@ memory_store::result memory_store::evaluate(std::span<const check> checks, std::
     const auto key = hashed_of(checks[0].key);
     auto& sh = shard_of(key);
     std::lock_guard lock(sh.mu);
-    out[0] = limit::evaluate(*checks[0].cfg, touch(sh, key, now, {}), now, checks[0].cost, true, lease);
-    if (now >= sh.next_sweep) sweep(sh, now);
+    auto& e = touch(sh, key, now, {});
+    out[0] = limit::evaluate(*checks[0].cfg, e.state, now, checks[0].cost, true, lease);
+    index(sh, e);
+    if (due(sh, now)) sweep(sh, now);
     return result::ok;
   }
   // Lock every shard involved, in index order (no deadlock), so the checks are one step.
@@ -123,21 +177,22 @@ memory_store::result memory_store::evaluate(std::span<const check> checks, std::
   per_check<std::unique_lock<std::mutex>> locks;
   for (auto i : order) locks.emplace_back(shards_[i].mu);
 
-  per_check<key_state*> states(checks.size());
+  per_check<entry*> entries(checks.size());
   for (std::size_t i = 0; i < checks.size(); ++i)
-    // Keys this call already holds (expired or just created) must survive a sweep.
-    states[i] = &touch(shards_[idx[i]], keys[i], now, std::span<key_state* const>(states.data(), i));
+    // Keys this call already holds (expired or just created) must not make room for another.
+    entries[i] = &touch(shards_[idx[i]], keys[i], now, std::span<entry* const>(entries.data(), i));
   bool blocked = false;
   for (std::size_t i = 0; i < checks.size(); ++i) {
-    out[i] = limit::evaluate(*checks[i].cfg, *states[i], now, checks[i].cost, false, lease);
+    out[i] = limit::evaluate(*checks[i].cfg, entries[i]->state, now, checks[i].cost, false, lease);
     if (!out[i].allowed && !checks[i].cfg->shadow) blocked = true;
   }
   if (!blocked) {
     for (std::size_t i = 0; i < checks.size(); ++i)
-      if (out[i].allowed) limit::evaluate(*checks[i].cfg, *states[i], now, checks[i].cost, true, lease);
+      if (out[i].allowed) limit::evaluate(*checks[i].cfg, entries[i]->state, now, checks[i].cost, true, lease);
   }
+  for (std::size_t i = 0; i < checks.size(); ++i) index(shards_[idx[i]], *entries[i]);
   for (auto i : order)
-    if (now >= shards_[i].next_sweep) sweep(shards_[i], now);
+    if (due(shards_[i], now)) sweep(shards_[i], now);
   return result::ok;
 }
 
@@ -161,7 +216,9 @@ void memory_store::charge(const check& c, std::uint64_t amount, std::int64_t now
   const auto k = hashed_of(c.key);
   auto& sh = shard_of(k);
   std::lock_guard lock(sh.mu);
-  limit::charge(*c.cfg, touch(sh, k, now, {}), now, amount);
+  auto& e = touch(sh, k, now, {});
+  limit::charge(*c.cfg, e.state, now, amount);
+  index(sh, e);
 }
 
 void memory_store::give(const check& c, std::uint64_t amount, std::int64_t now) {
@@ -169,7 +226,9 @@ void memory_store::give(const check& c, std::uint64_t amount, std::int64_t now) 
   auto& sh = shard_of(k);
   std::lock_guard lock(sh.mu);
   auto it = sh.map.find(k);
-  if (it != sh.map.end()) limit::give(*c.cfg, it->second->state, now, amount);
+  if (it == sh.map.end()) return;
+  limit::give(*c.cfg, it->second->state, now, amount);
+  index(sh, *it->second);
 }
 
 void memory_store::renew(const std::string& key, std::uint64_t lease, std::int64_t now, std::int64_t lifetime_ms) {
@@ -185,6 +244,16 @@ void memory_store::renew(const std::string& key, std::uint64_t lease, std::int64
       expiry = now + lifetime_ms;
       st.expires_at = std::max(st.expires_at, expiry);
     }
+  index(sh, *it->second);
+}
+
+std::size_t memory_store::buckets() const {
+  std::size_t n = 0;
+  for (const auto& s : shards_) {
+    std::lock_guard lock(s.mu);
+    n += s.map.bucket_count();
+  }
+  return n;
 }
 
 std::size_t memory_store::size() const {

@@ -1,7 +1,11 @@
 #pragma once
+#include <boost/intrusive/list.hpp>
+
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <list>
+#include <map>
 #include <mutex>
 #include <span>
 #include <string>
@@ -21,11 +25,17 @@ using limit::decision;
 using limit::key_state;
 
 // The embedded store: every algorithm in process, shared by all workers. Keys expire
-// like Redis keys and are reclaimed. The number of keys is capped (per shard, the cap
-// / 64): under key pressure a new key takes the place of an expired one, else of the
-// least recently used one, so limiting goes on for everyone (an evicted key's client
-// starts afresh: an early forgotten denial admits that one client, never all), and
-// memory stays bounded by the cap. Evictions are logged once per interval.
+// like Redis keys and are reclaimed. The number of keys is capped: under key pressure a
+// new key takes the place of an expired one, else of the least recently used one, so
+// limiting goes on for everyone (an evicted key's client starts afresh: an early
+// forgotten denial admits that one client, never all), and memory stays bounded by the
+// cap. Evictions are logged once per interval.
+//
+// No call does work that grows with the store: keys are in shards of at most
+// max_shard_keys (64 shards, more for a larger cap), each with an index of its keys by
+// when they expire (slots of 1,024 ms, earliest first), so an expired key is found
+// without a walk; each call sweeps at most sweep_budget of them; a shard's map gives
+// back its buckets when it drains.
 class memory_store {
  public:
   explicit memory_store(std::size_t max_keys = 1'000'000);
@@ -49,15 +59,35 @@ class memory_store {
   void renew(const std::string& key, std::uint64_t lease, std::int64_t now, std::int64_t lifetime_ms);
 
   std::size_t size() const;
+  // The shards' hash buckets, all together (a drained shard gives its back).
+  std::size_t buckets() const;
+  std::size_t shards() const { return shards_.size(); }
+  // The shard `key` is in (for tests that fill one).
+  std::size_t shard_of_key(std::string_view key) const { return shard_index(hashed_of(key)); }
+
+  // A shard holds at most this many keys (a larger cap takes more shards), so that what
+  // is done to a whole shard (its map growing or shrinking) stays short.
+  static constexpr std::size_t max_shard_keys = 4096;
+  // A call sweeps at most this many expired keys (of wholly past slots); past it, the next
+  // call goes on.
+  static constexpr std::size_t sweep_budget = 2;
+  // The expiry index's slot width, as a shift of milliseconds (1,024 ms).
+  static constexpr int slot_shift = 10;
   // Keys evicted before they expired, since the start.
   std::uint64_t evictions() const { return evicted_total_.load(std::memory_order_relaxed); }
 
  private:
-  static constexpr std::size_t shard_count = 64;
+  using expiry_hook = boost::intrusive::list_member_hook<boost::intrusive::link_mode<boost::intrusive::normal_link>>;
+  static constexpr std::int64_t unindexed = -1;
   struct entry {
     std::string key;
     key_state state;
+    // Its place in the shard's expiry index: the slot of state.expires_at it is listed in.
+    expiry_hook in_slot;
+    std::int64_t slot = unindexed;
   };
+  using slot_list = boost::intrusive::list<entry, boost::intrusive::member_hook<entry, expiry_hook, &entry::in_slot>,
+                                           boost::intrusive::constant_time_size<false>>;
   // A key with its hash, computed once per call: the shard is chosen by it and the
   // shard's map finds the key by it (hashing a key twice cost ~70 instructions).
   struct hashed {
@@ -72,19 +102,37 @@ class memory_store {
     mutable std::mutex mu;
     std::list<entry> lru;  // most recently used first
     std::unordered_map<hashed, std::list<entry>::iterator, hash_of> map;  // views into lru's keys
-    std::int64_t next_sweep = 0;
+    // The keys by the slot their expiry falls in, earliest first (a slot's list unordered).
+    std::map<std::int64_t, slot_list> expiry;
+    // When its earliest slot is wholly past (a sweep has work), kept beside the lock so
+    // that a decision reads no node of `expiry` to know; none: the far future.
+    std::int64_t sweep_at = std::numeric_limits<std::int64_t>::max();
   };
   static hashed hashed_of(std::string_view key);
-  static std::size_t shard_index(const hashed& key) { return key.hash % shard_count; }
+  std::size_t shard_index(const hashed& key) const { return key.hash & (shards_.size() - 1); }
   shard& shard_of(const hashed& key) { return shards_[shard_index(key)]; }
   // Each check's key hashed (into `keys`) and its shard's index (into `idx`), in order.
   template <class Keys, class Indexes>
-  static void hash_keys(std::span<const check> checks, Keys& keys, Indexes& idx);
-  // The key's state, created (making room if the shard is full) when absent; used now.
-  key_state& touch(shard& s, const hashed& key, std::int64_t now, std::span<key_state* const> keep);
-  // Erases expired keys, except those in `keep` (states the caller still points to).
-  void sweep(shard& s, std::int64_t now, std::span<key_state* const> keep = {});
+  void hash_keys(std::span<const check> checks, Keys& keys, Indexes& idx) const;
+  // The key's entry, created (making room if the shard is full) when absent; used now.
+  entry& touch(shard& s, const hashed& key, std::int64_t now, std::span<entry* const> keep);
+  // An expired key of the shard not in `keep`, found in the index's earliest slot; none: lru's end.
+  std::list<entry>::iterator expired(shard& s, std::int64_t now, std::span<entry* const> keep);
+  // Lists `e` in the slot of its expiry, if that changed (after its state did).
+  static void index(shard& s, entry& e);
+  static void unindex(shard& s, entry& e);
+  // Erases up to sweep_budget expired keys, from the earliest slots wholly past (the
+  // next call goes on where this one stopped).
+  void sweep(shard& s, std::int64_t now);
+  // Whether the shard's earliest slot is wholly past (a sweep has work).
+  static bool due(const shard& s, std::int64_t now) { return s.sweep_at <= now; }
+  static void note_earliest(shard& s) {
+    s.sweep_at = s.expiry.empty() ? std::numeric_limits<std::int64_t>::max()
+                                  : (s.expiry.begin()->first + 1) << slot_shift;
+  }
   void erase(shard& s, std::list<entry>::iterator it);
+  // Gives back a drained map's buckets (a shard's whole map, bounded by max_shard_keys).
+  static void shrink(shard& s);
   void note_eviction(std::int64_t now);
 
   std::vector<shard> shards_;

@@ -568,21 +568,114 @@ TEST_CASE("memory_store: a shadow limit never blocks and records only admissions
 }
 
 TEST_CASE("memory_store: expired keys are swept", "[limit]") {
-  memory_store st;
+  // Swept once the index's slot (1,024 ms) holding their expiry is wholly past; an
+  // expired key not swept yet is a fresh one to every algorithm meanwhile.
+  memory_store st(64 * 1000);
   auto c = windowed(cfg::algorithm::fixed_window, 5, 1000);
   std::string k1 = "key-a";
   std::string k2 = key_in_shard(shard(k1), {k1});
-  run(st, {{&c, k1, 1}}, 0);  // k1 until 1000
+  run(st, {{&c, k1, 1}}, 0);  // k1 until 1000 (slot 0: [0, 1024))
   CHECK(st.size() == 1);
-  run(st, {{&c, k2, 1}}, 999);  // k2 until 1999
+  run(st, {{&c, k2, 1}}, 999);  // k2 until 1999 (slot 1)
   CHECK(st.size() == 2);
-  run(st, {{&c, k2, 1}}, 1000);  // the shard is swept: k1 has expired
-  CHECK(st.size() == 1);
-  auto r = run(st, {{&c, k1, 1}}, 1001);
-  CHECK(r.out[0].remaining == 4);  // a fresh key
+  auto r = run(st, {{&c, k1, 1}}, 1001);  // expired, not swept yet: begun afresh
+  CHECK(r.out[0].remaining == 4);
   CHECK(st.size() == 2);
-  run(st, {{&c, k1, 1}}, 2500);  // both expired; k1 is re-created
+  run(st, {{&c, k2, 1}}, 1023);
+  CHECK(st.size() == 2);  // k1 now until 2001 (slot 1)
+  run(st, {{&c, k2, 1}}, 2048);  // slot 1 wholly past: both swept, k2 made again
   CHECK(st.size() == 1);
+}
+
+namespace {
+
+// `n` keys of one shard (prefix + a number).
+std::vector<std::string> keys_in_shard(std::size_t sh, std::size_t n, const std::string& prefix) {
+  std::vector<std::string> out;
+  for (int i = 0; out.size() < n; ++i) {
+    auto k = prefix + std::to_string(i);
+    if (shard(k) == sh) out.push_back(std::move(k));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("memory_store: under key pressure no live key goes while an expired one waits", "[limit]") {
+  // The flaw of a sweep bounded per second (reverted in d38b03c): a shard full of live
+  // long-window keys (the least recently used) and expired short ones, then a burst of
+  // new keys. Each must take an expired key's place, however many come at once.
+  // (2,000 expired at once: more than that sweep freed in a second, 1,024)
+  memory_store st(64 * 4000);  // 4,000 keys a shard
+  auto long_window = windowed(cfg::algorithm::fixed_window, 5, 3'600'000);
+  auto short_window = windowed(cfg::algorithm::fixed_window, 5, 100);
+  const auto sh = shard("anchor");
+  auto live = keys_in_shard(sh, 2000, "live-");
+  auto brief = keys_in_shard(sh, 2000, "brief-");
+  auto fresh = keys_in_shard(sh, 2000, "new-");
+  for (const auto& k : live) run(st, {{&long_window, k, 1}}, 1000);
+  for (const auto& k : brief) run(st, {{&short_window, k, 1}}, 1001);  // until 1101
+  REQUIRE(st.size() == 4000);
+  // All in one millisecond, 3 s later: 2,000 new keys into the full shard.
+  for (const auto& k : fresh) run(st, {{&long_window, k, 1}}, 4000);
+  CHECK(st.evictions() == 0);
+  CHECK(st.size() <= 4000);
+  // Every live key kept its count.
+  for (const auto& k : live) REQUIRE(run(st, {{&long_window, k, 1}}, 4001).out[0].remaining == 3);
+  CHECK(st.evictions() == 0);
+}
+
+TEST_CASE("memory_store: an expired key's place is found in a slot not wholly past too", "[limit]") {
+  // Keys expiring within the last second (their slot begun, not ended) are found as well.
+  memory_store st(128);  // two keys a shard
+  auto c = windowed(cfg::algorithm::fixed_window, 5, 3'600'000);
+  auto brief = windowed(cfg::algorithm::fixed_window, 5, 10);
+  std::string live = "key-a";
+  auto more = keys_in_shard(shard(live), 3, "more-");
+  run(st, {{&c, live, 1}}, 2048);        // live for an hour, least recently used
+  run(st, {{&brief, more[0], 1}}, 2050);  // until 2060: slot 2 ([2048, 3072))
+  run(st, {{&c, more[1], 1}}, 2070);     // full: more[0] expired, though its slot is not past
+  CHECK(st.evictions() == 0);
+  CHECK(run(st, {{&c, live, 1}}, 2071).out[0].remaining == 3);
+}
+
+TEST_CASE("memory_store: a call sweeps a bounded number of keys, and a drained shard gives back its buckets",
+          "[limit]") {
+  memory_store st(64 * 4096);
+  auto brief = windowed(cfg::algorithm::fixed_window, 5, 100);
+  const auto sh = shard("anchor");
+  auto many = keys_in_shard(sh, 4000, "brief-");
+  for (const auto& k : many) run(st, {{&brief, k, 1}}, 1000);  // until 1100 (slot 1)
+  REQUIRE(st.size() == 4000);
+  const auto full_buckets = st.buckets();
+  REQUIRE(full_buckets >= 4000);
+  // One call in that shard once the slot is past: at most sweep_budget keys go.
+  auto caller = keys_in_shard(sh, 1, "caller-").front();
+  run(st, {{&brief, caller, 1}}, 3000);
+  CHECK(st.size() == 4000 + 1 - memory_store::sweep_budget);
+  // Each call goes on; all are gone after 4000 / sweep_budget calls, and the shard's map
+  // is back to a few buckets.
+  int calls = 1;
+  while (st.size() > 1 && calls < 100000) {
+    run(st, {{&brief, caller, 1}}, 3000);
+    ++calls;
+  }
+  CHECK(st.size() == 1);
+  CHECK(calls == static_cast<int>((4000 + memory_store::sweep_budget - 1) / memory_store::sweep_budget));
+  CHECK(st.buckets() < full_buckets / 16);
+}
+
+TEST_CASE("memory_store: a larger cap takes more shards, none past max_shard_keys", "[limit]") {
+  CHECK(memory_store(64 * 4096).shards() == 64);
+  CHECK(memory_store(1'000'000).shards() == 256);
+  CHECK(memory_store(10'000'000).shards() == 4096);
+  memory_store largest(100'000'000);
+  CHECK(largest.shards() == 32768);
+  for (std::size_t cap : {1'000'000ul, 10'000'000ul, 100'000'000ul})
+    CHECK(cap / memory_store(cap).shards() <= memory_store::max_shard_keys);
+  // A key's shard is the store's own choice: the tests' helper agrees with it at 64.
+  memory_store st(64 * 4096);
+  for (const auto* k : {"a", "key-a", "client:12"}) CHECK(st.shard_of_key(k) == shard(k));
 }
 
 TEST_CASE("memory_store: past the cap a new key takes an expired key's place, else the least recently used", "[limit]") {
