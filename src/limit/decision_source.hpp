@@ -72,6 +72,10 @@ class decision_source {
   virtual void release(limit_call& c) = 0;
   // While a tunnel lasts, its leases' lifetimes start again (called through holder).
   virtual void renew(limit_call& c) = 0;
+  // The call failed and its answer may have been lost after the store ran it (a timeout,
+  // a connection lost mid-reply): gives back the concurrency leases it may have taken,
+  // which nobody would release. Best effort, not waited for; a no-op where none was.
+  virtual void release_unanswered(limit_call& c) {}
   // Adds `amount` to check i's key after the request was decided (a post-charge: a
   // response's cost, the rest of a chunked body), not waited for; the balance may go
   // past the limit. Only for a call this source decided.

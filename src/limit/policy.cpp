@@ -125,6 +125,9 @@ status policy::on_error(limit_call& c, const std::string& why) {
     else spdlog::warn("{}", line);
   }
   c.holder = nullptr;
+  // A lease the store may have granted before the answer was lost would be held until
+  // its lifetime ends, starving the limit: it is given back now.
+  inner_.release_unanswered(c);
   c.decisions.assign(c.checks.size(), decision{});
   if (route.store_error == config::on_store_error::deny) {
     if (metrics_) count(c, obs::outcome::store_error_denied);

@@ -44,6 +44,14 @@ void redis_source::release(limit_call& c) {
       batcher_->send(c.checks[i].key, {"ZREM", c.checks[i].key, lease_member(c.nonce, batcher_->member_index(c.checks, i))});
 }
 
+void redis_source::release_unanswered(limit_call& c) {
+  // (a lease is the request's nonce; ZREM of one never taken changes nothing)
+  if (!batcher_ || c.nonce.empty()) return;
+  for (std::size_t i = 0; i < c.checks.size(); ++i)
+    if (c.checks[i].cfg->algo == config::algorithm::concurrency)
+      batcher_->send(c.checks[i].key, {"ZREM", c.checks[i].key, lease_member(c.nonce, batcher_->member_index(c.checks, i))});
+}
+
 void redis_source::renew(limit_call& c) {
   // lua/renew_lease.lua: a lease already gone is not taken again.
   if (!batcher_) return;

@@ -20,6 +20,7 @@ class redis_source final : public decision_source {
   boost::asio::awaitable<std::tuple<boost::system::error_code>> wait(limit_call& c) override;
   status finish(limit_call& c, boost::system::error_code ec) override;
   void release(limit_call& c) override;
+  void release_unanswered(limit_call& c) override;
   void renew(limit_call& c) override;
   void charge(const limit_call& c, std::size_t i, std::uint64_t amount) override;
   std::int64_t round_trip_ms() const override;

@@ -945,3 +945,22 @@ class RedisSentinel:
 @pytest.fixture
 def redis_sentinel(tmp_path):
     yield from _until_stopped(RedisSentinel(tmp_path / "sentinel"))
+
+
+def local_ports(pid):
+    """The local ports of process `pid`'s TCP sockets (its fds' inodes in /proc/net/tcp*)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            f = line.split()
+            if f[9] in inodes:
+                ports.add(int(f[1].rsplit(":", 1)[1], 16))
+    return ports

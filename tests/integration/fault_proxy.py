@@ -17,7 +17,8 @@ Faults (each for the connections open when it is set, for new ones, or both):
              without a FIN (windows fill, nothing is answered)
   reset      the connections are reset (RST) at once
   reset_reply the next chunk from the server is cut in half: its first half sent, then
-             both sides reset (a reset in the middle of a reply)
+             both sides reset (a reset in the middle of a reply); for new connections,
+             each one's first reply
 
 Control: a JSON object a line on the control port, answered with one line:
   {"op": "set", "fault": "blackhole", "existing": true, "new": false, ...parameters}
@@ -212,7 +213,8 @@ class Proxy:
                     if not c.done:
                         c.set_fault(fault)
             if msg.get("new", False):
-                self.new_fault = fault if fault not in ("reset", "reset_reply") else "pass"
+                # (a reset of new connections is a refusal: "reset" applies to open ones only)
+                self.new_fault = fault if fault != "reset" else "pass"
             return {"ok": True}
         if op == "clear":
             self.new_fault, self.params = "pass", {}

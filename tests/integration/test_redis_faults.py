@@ -5,13 +5,11 @@ connections to the same address work) is closed by the gateway and made again, b
 or idle, for a standalone Redis, a Sentinel deployment (the master's connections and
 the sentinels' own, subscribers included) and a Redis Cluster node; real decisions
 come back within a bound far above what it takes."""
-import os
 import time
-from pathlib import Path
 
 import pytest
 
-from conftest import RedisCluster, free_port, per_client_route, record, wait_for, wait_until
+from conftest import RedisCluster, local_ports, per_client_route, record, wait_for, wait_until
 from conftest import client_statuses as client
 from fault_proxy import FaultProxy
 from test_admin import READY_REQUIRES_STORE, admin_get, with_admin
@@ -75,25 +73,6 @@ def decides(g):
 def stalled_events(g):
     series, _ = scrape(g)
     return value(series, "floodgate_redis_connection_events_total", event="stalled")
-
-
-def local_ports(pid):
-    """The local ports of process `pid`'s TCP sockets (its fds' inodes in /proc/net/tcp*)."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    ports = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            f = line.split()
-            if f[9] in inodes:
-                ports.add(int(f[1].rsplit(":", 1)[1], 16))
-    return ports
 
 
 def gateway_conns(g, proxy):

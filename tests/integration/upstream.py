@@ -30,8 +30,9 @@ Endpoints (any method):
   /__check          the status /__health set (200 at first), counted as a health check,
                     not as a request
 Control, on a second port so it is never counted: GET /__stats -> {"connections",
-"requests", "bytes", "closed", "health_checks", "late_sent", "dropped"} (closed: connections ended, by either
-side); GET /__reset; GET /__health?code=N (what /__check answers from now on).
+"requests", "bytes", "closed", "health_checks", "late_sent", "dropped", "slow_in_flight",
+"slow_in_flight_max"} (closed: connections ended, by either side; slow_in_flight: /slow
+requests being answered, and the most at once since the last reset); GET /__reset; GET /__health?code=N (what /__check answers from now on).
 Prints "PORT <main> <control>" on stdout once listening.
 
 TLS (the environment): UPSTREAM_TLS_CERT and UPSTREAM_TLS_KEY make the main port speak
@@ -52,7 +53,8 @@ from urllib.parse import parse_qs, urlsplit
 
 lock = threading.Lock()
 stats = {"connections": 0, "requests": 0, "bytes": 0, "closed": 0, "health_checks": 0, "tls_handshakes": 0,
-         "tls_resumed": 0, "tls_client": "", "late_sent": 0, "dropped": 0}
+         "tls_resumed": 0, "tls_client": "", "late_sent": 0, "dropped": 0, "slow_in_flight": 0,
+         "slow_in_flight_max": 0}
 health = {"code": 200}
 
 
@@ -244,7 +246,15 @@ def handle(conn):
             respond(conn.sock, 200, json.dumps({"length": length, "sum": total}).encode(),
                     [("Content-Type", "application/json")])
         elif path == "/slow":
-            time.sleep(int(q.get("ms", "1000")) / 1000)
+            # (in flight at once: a concurrency limit's admissions, seen from here)
+            with lock:
+                stats["slow_in_flight"] += 1
+                stats["slow_in_flight_max"] = max(stats["slow_in_flight_max"], stats["slow_in_flight"])
+            try:
+                time.sleep(int(q.get("ms", "1000")) / 1000)
+            finally:
+                with lock:
+                    stats["slow_in_flight"] -= 1
             respond(conn.sock, 200, b"slow")
         elif path == "/close-mid":
             conn.sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" + b"x" * 100)
