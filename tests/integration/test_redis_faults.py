@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import RedisCluster, local_ports, per_client_route, record, wait_for, wait_until
+from conftest import RedisCluster, get, local_ports, per_client_route, record, wait_for, wait_until
 from conftest import client_statuses as client
 from fault_proxy import FaultProxy
 from test_admin import READY_REQUIRES_STORE, admin_get, with_admin
@@ -216,3 +216,32 @@ def test_cluster_black_holed_node_connections_are_replaced(gateway_factory, prox
         assert all(decides(g) for _ in range(12))
     finally:
         cluster.stop()
+
+
+def test_a_lease_granted_by_a_call_whose_answer_was_lost_is_given_back(gateway_factory, redis_server, proxies):
+    """Every answer from Redis late past redis.timeout: a concurrency call times out (503,
+    on_store_error: deny) though Redis ran it and granted the lease; the gateway gives it
+    back (ZREM after the failure) instead of leaving it held for the lease's lifetime (1 h
+    here), which would hold the limit of 1 taken."""
+    proxy = proxies(redis_server.address)
+    routes = """  - name: r
+    match:
+      path_prefix: /slow
+    upstream: api
+    on_store_error: deny
+    limits:
+      - name: one
+        algorithm: concurrency
+        key: global
+        limit: 1
+        window: 1h
+"""
+    g = with_admin(lambda extra: gateway_factory(store="redis", redis=proxy.address, routes=routes, extra=extra,
+                                                 redis_timeout=TIMEOUT), more=READY_REQUIRES_STORE)
+    assert wait_until(lambda: admin_get(g, "/readyz").status == 200, 15), g.log_text()
+    proxy.set("latency", existing=True, new=True, ms=150)
+    assert g.request(get("/slow?ms=1")).status == 503
+    key = wait_for("the lease's key", lambda: redis_server.keys("fgtest:*"), 5)[0]
+    wait_for("the lease given back", lambda: redis_server.cli("zcard", key) == "0", 5)
+    proxy.clear()
+    wait_for("the limit of 1 free again", lambda: g.request(get("/slow?ms=1")).status == 200, 15)

@@ -116,6 +116,9 @@ TEST_CASE("policy: a store error follows on_store_error (allow / deny / local) f
       REQUIRE(errors.size() == 1);
       CHECK(errors[0].find(cause.message()) != std::string::npos);
       CHECK(f.call.holder == nullptr);
+      // Whatever the policy, a lease the lost answer may have granted is given back.
+      CHECK(remote.unanswered == 1);
+      CHECK(remote.releases == 0);
     }
   }
 }

@@ -22,7 +22,7 @@ class fake_source final : public limit::decision_source {
   boost::system::error_code fail;
   std::vector<std::string> deny;
   std::int64_t retry_ms = 5000;
-  int starts = 0, releases = 0, holds = 0;
+  int starts = 0, releases = 0, holds = 0, unanswered = 0;
 
   limit::status start(limit::limit_call& c) override {
     ++starts;
@@ -34,6 +34,7 @@ class fake_source final : public limit::decision_source {
   }
   limit::status finish(limit::limit_call& c, boost::system::error_code ec) override { return answer(c, ec); }
   void release(limit::limit_call&) override { ++releases; }
+  void release_unanswered(limit::limit_call&) override { ++unanswered; }
   void renew(limit::limit_call&) override {}
   std::int64_t round_trip_ms() const override { return 1; }
 
