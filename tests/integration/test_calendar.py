@@ -7,12 +7,16 @@ jemalloc, which libfaketime cannot start beside): the key ends exactly at the ne
 midnight in its zone, and RateLimit's t counts the seconds to it; Redis' side of the
 boundary, a window that starts past the gateway's period end, is test_script's."""
 import datetime
+import os
+import shutil
+import subprocess
 import time
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
 
-from conftest import BIN_SYSTEM_MALLOC, SANITIZED, get
+from conftest import BIN_SYSTEM_MALLOC, SANITIZED, get, wait_for
 from stores import store_gateway
 from test_redis import FAKETIME_LIB
 
@@ -118,3 +122,69 @@ def test_through_redis_the_key_ends_at_the_zones_midnight(kind, window, zone, re
         for key in cli("--scan", "--pattern", "fgtest:*").split():
             ends.add(int(cli("pexpiretime", key)))
     assert ends == {want}, (ends, want)
+
+
+ZONEINFO = Path("/usr/share/zoneinfo")
+
+
+def hms(seconds):
+    sign = "-" if seconds < 0 else ""
+    seconds = abs(seconds)
+    return f"{sign}{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+@pytest.fixture
+def zone_with_a_short_day():
+    """A time zone of the test's own (compiled with zic into the system's database, where
+    the gateway reads zones, and removed after), in which a local midnight comes 15 s
+    from now at the end of a day that DST shortened to 23 hours: the clocks went forward
+    an hour two hours earlier. Yields (its name, that midnight as a UTC timestamp)."""
+    if not os.access(ZONEINFO, os.W_OK) or not shutil.which("zic"):
+        pytest.skip("needs root and zic, to put a zone of its own in the system's zone database")
+    midnight = int(time.time()) + 15
+    after = (-midnight) % 86400
+    after = after - 86400 if after > 43200 else after  # (within a day of UTC)
+    before = after - 3600
+    change = datetime.datetime.fromtimestamp(midnight - 7200, datetime.timezone.utc)
+    name = f"Floodgate-test/ShortDay{os.getpid()}x{midnight}"
+    src = Path(f"/tmp/{name.replace('/', '-')}.zi")
+    src.write_text(f"Zone {name} {hms(before)} - FGA {change:%Y %b %d %H:%M:%S}u\n"
+                   f"    {hms(after)} - FGB\n")
+    subprocess.run(["zic", "-d", str(ZONEINFO), str(src)], check=True, capture_output=True)
+    try:
+        yield name, midnight
+    finally:
+        (ZONEINFO / name).unlink(missing_ok=True)
+        try:
+            (ZONEINFO / name).parent.rmdir()
+        except OSError:  # (another test's zone is there too)
+            pass
+        src.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+def test_a_quota_resets_at_the_midnight_that_ends_a_day_dst_shortened(kind, request, gateway_factory,
+                                                                     zone_with_a_short_day):
+    """Observed, not computed: a daily quota used up before a local midnight that ends a
+    23-hour day is refused until that midnight and admitted from it on (an hour before
+    the day's start + 24 h), on the memory store (the gateway's clock) and on Redis
+    (Redis' clock, the key's expiry)."""
+    zone, midnight = zone_with_a_short_day
+    g = store_gateway(kind, request, gateway_factory, routes=route(2, "1d", zone))
+    assert [req(g).status for _ in range(3)] == [200, 200, 429]
+    r = req(g)
+    left = midnight - time.time()
+    assert left > 1, "the gateway took 14 s to start: the day ended before the test could look"
+    assert r.status == 429 and left - 2 <= int(r.header("retry-after")) <= left + 2, (left, r.headers)
+    if kind == "redis":
+        server = request.getfixturevalue("redis_server")
+        ends = {int(server.cli("pexpiretime", k)) for k in server.keys("fgtest:*")}
+        assert ends == {midnight * 1000}, (ends, midnight)
+    # (what is tested: the reset comes at the zone's midnight; polled, a deadline past it)
+    while req(g).status == 429:
+        assert time.time() < midnight + 5, "still refused 5 s after the short day's midnight"
+        time.sleep(0.05)
+    assert time.time() >= midnight - 1, "admitted before the day ended"
+    r = req(g, "b")
+    # The next day is a whole one: t is (almost) 24 hours.
+    assert r.status == 200 and abs(t_of(r) - 86_400) <= 5, r.headers

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import STARTUP_NOW, Load, Thread, allowed_through_a_move, get, join_all, keys_without_ttl, \
+from conftest import STARTUP_NOW, Load, Thread, allowed_through_a_move, get, join_all, keys_without_ttl, local_ports, \
     read_response, record, run_threads, wait_for, wait_until
 from conftest import client_statuses as client
 from test_admin import READY_REQUIRES_STORE, admin_get, with_admin
@@ -296,14 +296,10 @@ def test_an_ask_redirection_is_followed_to_the_importing_node(gateway_factory, o
     assert client(g, name, 1) == [429]
 
 
-def test_an_ask_to_a_master_that_serves_no_slot_yet_is_followed(gateway_factory, own_cluster, tmp_path):
-    """Resharding into a new, empty master (as `redis-cli --cluster add-node` then
-    `reshard` does): the target is in no slot map (CLUSTER SLOTS names only masters with
-    slots), so the ASK towards it names an address the gateway has not seen; it asks
-    CLUSTER NODES of a known node, finds the new master there, and follows the ASK:
-    decided on the new node, exactly, no store error."""
+def add_empty_master(cluster, tmp_path):
+    """A new master that serves no slot, joined to the cluster (as `redis-cli --cluster
+    add-node` makes one); returns (its server, its id) once every node knows it."""
     from conftest import ClusterNode
-    cluster = own_cluster
     d = tmp_path / "newnode"
     d.mkdir()
     new = ClusterNode(d, cluster.node_timeout_ms)
@@ -317,6 +313,61 @@ def test_an_ask_to_a_master_that_serves_no_slot_yet_is_followed(gateway_factory,
     # (until then it answers CLUSTERDOWN: it has not learnt the slots yet)
     wait_for("the new master sees the cluster ok",
              lambda: "cluster_state:ok" in cluster.cli(new.port, "cluster", "info"), 30)
+    return new, new_id
+
+
+def gateway_clients(cluster, port, g):
+    """How many of the node's client connections are the gateway's own."""
+    mine = local_ports(g.proc.pid)
+    out = 0
+    for line in cluster.cli(port, "client", "list").splitlines():
+        addr = dict(f.split("=", 1) for f in line.split() if "=" in f).get("addr", "")
+        if addr and int(addr.rsplit(":", 1)[1]) in mine:
+            out += 1
+    return out
+
+
+def test_a_master_that_leaves_the_slot_map_is_dropped(gateway_factory, own_cluster, tmp_path):
+    """A master given a slot (moved to a new node as a reshard moves it) is connected to
+    by every worker; once its slot is moved away it serves none, and the gateway drops
+    it: its connections closed, logged, its place in the map free."""
+    cluster = own_cluster
+    new, new_id = add_empty_master(cluster, tmp_path)
+    g = start(gateway_factory, cluster, PER_CLIENT, on_error="deny")
+    name = "moving"
+    key = f"fgtest:{{r:{name}}}:l"
+    at, source, _, _ = begin_slot_move(cluster, key, target=(new.port, new_id))
+    end_slot_move(cluster, at, source, new.port, new_id)
+    # Other clients of that slot: a worker's first request there meets MOVED and takes
+    # the new map, which names the new master.
+    probes = iter(names_in_slots({at}, 400, "probe-"))
+    wait_for("the new master connected to by both workers",
+             lambda: (client(g, next(probes), 1), gateway_clients(cluster, new.port, g) >= 2)[1], 15)
+    assert client(g, name, 6) == [200] * 5 + [429]
+    assert keys(cluster, new.port, key) == [key]
+    # The slot goes back, with its key, as a reshard moves it: the new master serves none
+    # (and stays a master: Redis 7 would make an emptied master its taker's replica).
+    assert cluster.cli(new.port, "config", "set", "cluster-allow-replica-migration", "no") == "OK"
+    ids = {n.port: n.id for n in cluster.nodes()}
+    assert cluster.cli(source, "cluster", "setslot", at, "importing", new_id) == "OK"
+    assert cluster.cli(new.port, "cluster", "setslot", at, "migrating", ids[source]) == "OK"
+    assert cluster.cli(new.port, "migrate", "127.0.0.1", source, key, 0, 5000) == "OK"
+    end_slot_move(cluster, at, new.port, source, ids[source])
+    wait_for("the gateway's connections to the master that serves no slot closed",
+             lambda: (client(g, next(probes), 1), gateway_clients(cluster, new.port, g) == 0)[1], 15)
+    assert f"Redis Cluster: 127.0.0.1:{new.port} serves no slot any more" in g.log_text()
+    # The client's count went with its key: still used up.
+    assert client(g, name, 1) == [429]
+
+
+def test_an_ask_to_a_master_that_serves_no_slot_yet_is_followed(gateway_factory, own_cluster, tmp_path):
+    """Resharding into a new, empty master (as `redis-cli --cluster add-node` then
+    `reshard` does): the target is in no slot map (CLUSTER SLOTS names only masters with
+    slots), so the ASK towards it names an address the gateway has not seen; it asks
+    CLUSTER NODES of a known node, finds the new master there, and follows the ASK:
+    decided on the new node, exactly, no store error."""
+    cluster = own_cluster
+    new, new_id = add_empty_master(cluster, tmp_path)
     g = start(gateway_factory, cluster, PER_CLIENT, on_error="deny")
     name = "to-new"
     key = f"fgtest:{{r:{name}}}:l"

@@ -14,9 +14,10 @@ import time
 
 import pytest
 
-from conftest import SANITIZED, Thread, get, join_all, read_response, wait_for
+from conftest import SANITIZED, Thread, get, join_all, read_response, record, wait_for
 from stores import store_gateway
-from test_metrics import scrape, value
+from test_admin import admin_get, with_admin
+from test_metrics import decisions, scrape, value
 
 
 def route(algorithm="gcra", max_delay="2s"):
@@ -34,22 +35,27 @@ def route(algorithm="gcra", max_delay="2s"):
 """
 
 
-def together(g, n, client="c"):
-    """n requests of one client on n connections, sent at once; their statuses."""
-    ready, go, out = threading.Barrier(n), threading.Event(), [None] * n
+def together(g, n, client="c", took=None):
+    """n requests of one client on n connections, sent at once; their statuses (and in
+    `took`, a list, how long each took from its send to its answer, in ms)."""
+    ready, go, out, times = threading.Barrier(n), threading.Event(), [None] * n, [None] * n
 
     def one(i):
         with socket.create_connection(("127.0.0.1", g.port), timeout=15) as s:
             ready.wait(10)
             go.wait(10)
+            t = time.monotonic()
             s.sendall(get("/echo", extra=f"X-Client: {client}\r\n"))
             out[i] = read_response(s).status
+            times[i] = (time.monotonic() - t) * 1000
 
     threads = [Thread(target=one, args=(i,)) for i in range(n)]
     for t in threads:
         t.start()
     go.set()
     join_all(threads, 30)
+    if took is not None:
+        took.extend(times)
     return out
 
 
@@ -66,11 +72,19 @@ def test_requests_over_the_limit_wait_their_turn_within_max_delay(kind, algorith
     g = store_gateway(kind, request, gateway_factory, routes=route(algorithm), access_log="file", log_format="json",
                       workers=2)
     # One at once, four waiting 0.5, 1, 1.5 and 2 s (max_delay), the other three refused.
-    statuses = together(g, 8)
+    took = []
+    statuses = together(g, 8, took=took)
     assert sorted(statuses) == [200] * 5 + [429] * 3, statuses
     wait_for("the access log", lambda: len(delays(g)) == 8, 5)
     waited = [d for d in delays(g) if d > 0]
     assert len(waited) == 4 and max(waited) <= 2000, delays(g)
+    # What the clients waited, measured by them: each admitted request's answer came no
+    # sooner than its planned turn (the longest waits matched to the longest plans), and
+    # no later than max_delay allows, with a margin far above the machine's speed.
+    admitted = sorted(t for t, st in zip(took, statuses) if st == 200)
+    for actual, planned in zip(admitted[1:], sorted(waited)):
+        assert planned - 5 <= actual <= planned + 2000, (admitted, sorted(waited))
+    record(f"{kind}/{algorithm}: planned waits {sorted(waited)} ms, measured {[round(t) for t in admitted]} ms")
     series, _ = scrape(g) if hasattr(g, "admin_port") else ({}, "")
     if series:
         assert value(series, "floodgate_ratelimit_decisions_total", route="api", limit="paced", outcome="delayed") == 4
@@ -143,3 +157,76 @@ def test_a_flood_of_waiting_requests_stays_bounded(gateway_factory):
     join_all(threads, 60)
     assert (out.count(200), out.count(429)) == (50, 40), {s: out.count(s) for s in set(out)}
     assert g.peak_rss_kib() < 100 * 1024, g.peak_rss_kib()
+
+
+def waiting_gateway(gateway_factory, upstream, rate="30/m", max_delay="5s", **kw):
+    """One worker, one request per `rate` per client, an admin port, a JSON access log;
+    the client `c`'s first request made, so that its next waits its turn."""
+    routes = route(max_delay=max_delay).replace("rate: 2/s", f"rate: {rate}")
+    g = with_admin(lambda extra: gateway_factory(routes=routes, workers=1, extra=extra, access_log="file",
+                                                 log_format="json", **kw))
+    assert together(g, 1) == [200]
+    upstream.reset()
+    return g
+
+
+def start_waiting(g, client="c"):
+    """A request of `client` sent in a thread, returned once the gateway has decided it
+    waits (counted as delayed); the thread keeps its status and how long it took."""
+    before = decisions(g, "api", "paced")["delayed"]
+    got = {}
+
+    def one():
+        with socket.create_connection(("127.0.0.1", g.port), timeout=15) as s:
+            t = time.monotonic()
+            s.sendall(get("/echo", extra=f"X-Client: {client}\r\n"))
+            got["status"] = read_response(s).status
+            got["took_ms"] = (time.monotonic() - t) * 1000
+
+    t = Thread(target=one)
+    t.start()
+    wait_for("the request waiting its turn", lambda: decisions(g, "api", "paced")["delayed"] == before + 1, 5)
+    return t, got
+
+
+def test_a_request_waiting_its_turn_is_served_through_a_drain(gateway_factory, upstream):
+    g = waiting_gateway(gateway_factory, upstream)
+    t, got = start_waiting(g)
+    assert g.stop() == 0  # SIGTERM: the drain lets the waiting request finish
+    t.join(15)
+    assert got["status"] == 200 and got["took_ms"] >= 2000 - 50, got
+    assert upstream.stats()["requests"] == 1
+
+
+def test_a_request_waiting_its_turn_is_served_through_a_reload(gateway_factory, upstream):
+    g = waiting_gateway(gateway_factory, upstream)
+    t, got = start_waiting(g)
+    # A new config (another route name and limit) while it waits: it goes on under its own.
+    g.config.write_text(g.config.read_text().replace("rate: 30/m", "rate: 60/m"))
+    assert admin_get(g, "/reload", method="POST").status == 200
+    t.join(15)
+    assert got["status"] == 200 and got["took_ms"] >= 2000 - 50, got
+    assert upstream.stats()["requests"] == 1
+
+
+def test_a_client_gone_while_it_waits_frees_its_place(gateway_factory, upstream):
+    # One place to wait in (http.max_delayed: 1), turns 10 s apart: a client that leaves
+    # gives its place back at once, so another client over its limit is let wait for its
+    # turn instead of being refused, long before the first one's turn would have come.
+    g = waiting_gateway(gateway_factory, upstream, rate="6/m", max_delay="15s", http={"max_delayed": 1})
+
+    def wait_in_line(client):
+        s = socket.create_connection(("127.0.0.1", g.port), timeout=10)
+        before = decisions(g, "api", "paced")["delayed"]
+        s.sendall(get("/echo", extra=f"X-Client: {client}\r\n"))
+        wait_for(f"{client} waiting its turn", lambda: decisions(g, "api", "paced")["delayed"] == before + 1, 5)
+        return s
+
+    wait_in_line("c").close()
+    # The gateway saw it go (logged 499 at once, its turn being 10 s away).
+    wait_for("the leaving client logged", lambda: any(json.loads(line)["status"] == 499
+                                                     for line in g.access_log.read_text().splitlines()), 5)
+    assert together(g, 1, client="d") == [200]
+    # d's next waits (counted delayed; refused, it would not be): the place was given back.
+    wait_in_line("d").close()
+    assert upstream.stats()["requests"] == 1, upstream.stats()
