@@ -3,7 +3,8 @@
 # Usage: scripts/deps.sh build|test|bench|runtime
 # (runtime: only the shared libraries the release binary links, for the image's last stage)
 set -euo pipefail
-build_pkgs=(g++ cmake ninja-build pkg-config ccache libboost1.81-dev libboost-system1.81-dev
+# python3: CMake finds it when it configures the test entries (the tests run with it).
+build_pkgs=(g++ cmake ninja-build pkg-config ccache python3 libboost1.81-dev libboost-system1.81-dev
             libboost-program-options1.81-dev libboost-url1.81-dev libboost-json1.81-dev libyaml-cpp-dev libspdlog-dev
             libhiredis-dev libc-ares-dev libssl-dev libhowardhinnant-date-dev prometheus-cpp-dev libjemalloc-dev liburing-dev catch2 curl)
 # What `ldd build/src/floodgate` needs, by Debian package (libc6, libgcc-s1 and

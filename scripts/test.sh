@@ -4,29 +4,69 @@
 # redis-server processes that the tests start on free ports), the image (the
 # Dockerfile built and run with buildah, as root), and the fuzz targets' smoke run
 # (tests/fuzz: every seed replayed clean, then a few seconds of mutation each).
+#
+# Within 30 minutes on a fresh 2-core machine (CONTRIBUTING.md, "The test command's
+# budget"), so what waits on the network or the disk overlaps what needs the cores:
+# the test-only packages install while release compiles; the image test (debootstrap,
+# packages, buildah's copies; its compile answered by the release build's ccache) runs
+# beside the release tests and the sanitizer build; CTest runs the test files in
+# parallel (FG_TEST_JOBS, default 3: most of an integration test is waiting), the
+# longest first (COST in tests/CMakeLists.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/deps.sh test
 export FG_JOBS="${FG_JOBS:-$(nproc)}"
+jobs="${FG_TEST_JOBS:-3}"
+t0=$SECONDS
+logs="$(mktemp -d)"
+bg=()
+cleanup() {
+  for p in "${bg[@]}"; do kill "$p" 2>/dev/null || true; done
+  rm -rf "$logs"
+}
+trap cleanup EXIT
+stage() { echo "== $* (at $((SECONDS - t0))s)"; }
+# Waits for background job $1 (a pid) whose output is in $2; prints it; fails with its status.
+finish() {
+  local status=0
+  wait "$1" || status=$?
+  cat "$2"
+  [ "$status" -eq 0 ] || { echo "FAILED: $3 (exit $status)" >&2; exit "$status"; }
+}
 
-echo "== release build"
+stage "packages to build"
+scripts/deps.sh build
+stage "packages to test (in the background, beside the release build)"
+scripts/deps.sh test >"$logs/deps.log" 2>&1 &
+deps_pid=$!
+bg+=("$deps_pid")
+
+stage "release build"
 scripts/build.sh release
-echo "== release: unit + integration tests"
-ctest --test-dir build --output-on-failure -j1
+finish "$deps_pid" "$logs/deps.log" "scripts/deps.sh test"
 
-echo "== image: the Dockerfile built with buildah and run (tests/docker/test_image.sh)"
-tests/docker/test_image.sh
+stage "image: the Dockerfile built with buildah and run (tests/docker/test_image.sh, in the background)"
+tests/docker/test_image.sh >"$logs/image.log" 2>&1 &
+image_pid=$!
+bg+=("$image_pid")
 
-echo "== fuzz targets (clang-16 libFuzzer, ASan+UBSan): built, seed corpora replayed, a short run each"
+stage "release: unit + integration tests (ctest -j$jobs)"
+ctest --test-dir build --output-on-failure -j"$jobs"
+
+stage "fuzz targets (clang-16 libFuzzer, ASan+UBSan): built, seed corpora replayed, a short run each"
 if [ ! -f build-fuzz/build.ninja ]; then
   cmake -S tests/fuzz -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++-16 >/dev/null
 fi
 ninja -C build-fuzz -j"$FG_JOBS"
-ctest --test-dir build-fuzz --output-on-failure -j1
+ctest --test-dir build-fuzz --output-on-failure -j"$FG_JOBS"
 
-echo "== sanitizer build (address,undefined)"
+stage "sanitizer build (address,undefined)"
 scripts/build.sh asan
-echo "== sanitizer: unit + integration tests"
+
+stage "image test's result"
+finish "$image_pid" "$logs/image.log" "tests/docker/test_image.sh"
+
+stage "sanitizer: unit + integration tests (ctest -j$jobs)"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-FG_SANITIZED=1 ctest --test-dir build-asan --output-on-failure -j1
+FG_SANITIZED=1 ctest --test-dir build-asan --output-on-failure -j"$jobs"
+stage "all passed"
