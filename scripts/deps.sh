@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages floodgate needs, only those missing.
-# Usage: scripts/deps.sh build|test|bench|runtime
+# Usage: scripts/deps.sh build|test|bench|runtime|package
 # (runtime: only the shared libraries the release binary links, for the image's last stage)
 set -euo pipefail
 # python3: CMake finds it when it configures the test entries (the tests run with it).
-build_pkgs=(g++ cmake ninja-build pkg-config ccache python3 libboost1.81-dev libboost-system1.81-dev
+build_pkgs=(g++ cmake ninja-build pkg-config ccache python3 libsystemd-dev libboost1.81-dev libboost-system1.81-dev
             libboost-program-options1.81-dev libboost-url1.81-dev libboost-json1.81-dev libyaml-cpp-dev libspdlog-dev
             libhiredis-dev libc-ares-dev libssl-dev libhowardhinnant-date-dev prometheus-cpp-dev libjemalloc-dev liburing-dev catch2 curl)
 # What `ldd build/src/floodgate` needs, by Debian package (libc6, libgcc-s1 and
 # libstdc++6 are in every Debian system already).
 # ca-certificates: the system's CA store, which upstreams' TLS verifies against by default;
 # tzdata: the time zones of calendar windows (align: calendar).
-runtime_pkgs=(ca-certificates tzdata libdate-tz3 libboost-program-options1.81.0 libboost-url1.81.0 libboost-json1.81.0 libyaml-cpp0.7 libspdlog1.10
+runtime_pkgs=(ca-certificates tzdata libsystemd0 libdate-tz3 libboost-program-options1.81.0 libboost-url1.81.0 libboost-json1.81.0 libyaml-cpp0.7 libspdlog1.10
               libfmt9 libhiredis0.14 libc-ares2 libssl3 libprometheus-cpp-core1.0 libjemalloc2 liburing2)
 # buildah, debootstrap and iproute2: the image test (tests/docker/test_image.sh) builds and runs
 # the Dockerfile's image without a Docker engine; python3-yaml reads docker/'s files;
@@ -22,14 +22,18 @@ runtime_pkgs=(ca-certificates tzdata libdate-tz3 libboost-program-options1.81.0 
 test_pkgs=(redis-server redis-sentinel python3 python3-pytest python3-yaml openssl testssl.sh faketime buildah debootstrap iproute2 wrk
            clang-16 libfuzzer-16-dev libclang-rt-16-dev)
 bench_pkgs=(nginx-light haproxy util-linux procps)
+# The Debian package (scripts/package.sh): dpkg-shlibdeps, help2man for the man page;
+# lintian checks it (tests/package/test_package.sh).
+package_pkgs=(dpkg-dev help2man lintian)
 
 want=("${build_pkgs[@]}")
 case "${1:-build}" in
   build) ;;
   runtime) want=("${runtime_pkgs[@]}") ;;
-  test) want+=("${test_pkgs[@]}") ;;
-  bench) want+=("${test_pkgs[@]}" "${bench_pkgs[@]}") ;;
-  *) echo "usage: $0 build|test|bench|runtime" >&2; exit 2 ;;
+  test) want+=("${test_pkgs[@]}" "${package_pkgs[@]}") ;;
+  bench) want+=("${test_pkgs[@]}" "${package_pkgs[@]}" "${bench_pkgs[@]}") ;;
+  package) want+=("${package_pkgs[@]}") ;;
+  *) echo "usage: $0 build|test|bench|runtime|package" >&2; exit 2 ;;
 esac
 
 missing=()

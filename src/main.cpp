@@ -48,12 +48,14 @@ int main(int argc, char** argv) {
   // OpenSSL writes to its sockets itself (write(2), not send with MSG_NOSIGNAL): a peer
   // gone must be an EPIPE for that one connection, never the end of the process.
   std::signal(SIGPIPE, SIG_IGN);
-  po::options_description opts("floodgate — a rate-limiting HTTP reverse proxy\n\nUsage: floodgate [--check] --config FILE\n       floodgate --health-check URL\n\nOptions");
+  po::options_description opts("floodgate — a rate-limiting HTTP reverse proxy\n\nUsage: floodgate [--check | --reload] --config FILE\n       floodgate --health-check URL\n\nOptions");
   opts.add_options()
       ("config,c", po::value<std::string>()->default_value("config/floodgate.yaml"), "configuration file")
       ("health-check", po::value<std::string>()->value_name("URL"),
        "GET URL (http://host:port/path, 3 s at most) and exit: 0 on a 2xx answer, 1 otherwise (the image's HEALTHCHECK)")
       ("check", "validate the configuration and exit (0: valid, 1: errors printed as FILE:LINE:COL: message)")
+      ("reload", "ask the running gateway (admin.listen of the configuration, admin.token) to load its file again, "
+                 "and wait: exit 0 when applied, 1 when refused or not asked (a unit's ExecReload)")
       ("version,v", "print the version and exit")
       ("help,h", "print this help and exit");
   po::variables_map vm;
@@ -95,6 +97,7 @@ int main(int argc, char** argv) {
     std::cout << path << ": OK\n";
     return 0;
   }
+  if (vm.count("reload")) return fg::admin::run_reload(*loaded.cfg);
   fg::obs::init_logging(loaded.cfg->log.level);
   try {
     fg::app::server srv(path, loaded.cfg);

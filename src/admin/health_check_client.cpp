@@ -59,7 +59,8 @@ boost::system::result<health_url, std::string> parse_health_url(std::string_view
 namespace {
 
 
-asio::awaitable<health_answer> get(const health_url& url, asio::steady_timer::time_point deadline) {
+asio::awaitable<health_answer> ask(const health_url& url, asio::steady_timer::time_point deadline,
+                                   const admin_request& what) {
   auto ex = co_await asio::this_coro::executor;
   tcp::resolver resolver(ex);
   auto [rec, endpoints] = co_await resolver.async_resolve(url.host, url.port, use_tuple);
@@ -69,10 +70,12 @@ asio::awaitable<health_answer> get(const health_url& url, asio::steady_timer::ti
   auto [cec, ep] = co_await stream.async_connect(endpoints, use_tuple);
   if (cec) co_return health_answer{false, "cannot connect to " + url.authority + ": " + cec.message()};
 
-  bhttp::request<bhttp::empty_body> req{bhttp::verb::get, url.target, 11};
+  bhttp::request<bhttp::empty_body> req{what.post ? bhttp::verb::post : bhttp::verb::get, url.target, 11};
   req.set(bhttp::field::host, url.authority);
-  req.set(bhttp::field::user_agent, "floodgate-health-check");
+  req.set(bhttp::field::user_agent, what.post ? "floodgate-reload" : "floodgate-health-check");
   req.set(bhttp::field::connection, "close");
+  for (const auto& [name, value] : what.headers) req.set(name, value);
+  if (what.post) req.content_length(0);
   auto [wec, wn] = co_await bhttp::async_write(stream, req, use_tuple);
   if (wec) co_return health_answer{false, "cannot send the request: " + wec.message()};
 
@@ -95,6 +98,10 @@ asio::awaitable<health_answer> get(const health_url& url, asio::steady_timer::ti
 }  // namespace
 
 health_answer check_health(const health_url& url, std::chrono::milliseconds timeout) {
+  return ask_admin(url, timeout, {});
+}
+
+health_answer ask_admin(const health_url& url, std::chrono::milliseconds timeout, const admin_request& what) {
   asio::io_context ioc;
   const auto deadline = asio::steady_timer::clock_type::now() + timeout;
   std::optional<health_answer> answer;
@@ -102,7 +109,7 @@ health_answer check_health(const health_url& url, std::chrono::milliseconds time
     if (e) a = health_answer{false, "the check failed"};
     answer = std::move(a);
   };
-  asio::co_spawn(ioc, get(url, deadline), done);
+  asio::co_spawn(ioc, ask(url, deadline, what), done);
   // The socket's own deadline ends a connect or read; this also bounds name resolution.
   ioc.run_until(deadline);
   if (!answer)
@@ -122,6 +129,36 @@ int run_health_check(std::string_view text, std::chrono::milliseconds timeout) {
     return 1;
   }
   std::cout << text << ": " << answer.line << "\n";
+  return 0;
+}
+
+}  // namespace fg::admin
+
+namespace fg::admin {
+
+int run_reload(const config::config& cfg, std::chrono::milliseconds timeout) {
+  if (!cfg.admin.listen) {
+    std::cerr << "floodgate: --reload asks the admin listener, and the configuration has no admin.listen "
+                 "(send SIGHUP to the process instead; its log says how the reload went)\n";
+    return 1;
+  }
+  // A listener on every address is asked on loopback.
+  auto host = cfg.admin.listen->host;
+  if (host == "0.0.0.0" || host.empty()) host = "127.0.0.1";
+  else if (host == "::") host = "::1";
+  const bool v6 = host.find(':') != std::string::npos;
+  health_url url{host, std::to_string(cfg.admin.listen->port), "/reload",
+                 (v6 ? "[" + host + "]" : host) + ":" + std::to_string(cfg.admin.listen->port)};
+  admin_request what;
+  what.post = true;
+  if (!cfg.admin.token.empty()) what.headers.emplace_back("Authorization", "Bearer " + cfg.admin.token);
+  else what.headers.emplace_back("X-Floodgate-Admin", "1");
+  auto answer = ask_admin(url, timeout, what);
+  if (!answer.healthy) {
+    std::cerr << "floodgate: reload refused or not done: " << answer.line << "\n";
+    return 1;
+  }
+  std::cout << "floodgate: reloaded: " << answer.line << "\n";
   return 0;
 }
 

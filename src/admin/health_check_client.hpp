@@ -4,6 +4,10 @@
 #include <chrono>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
+
+#include "config/config.hpp"
 
 namespace fg::admin {
 
@@ -28,6 +32,19 @@ struct health_answer {
 // One GET of `url` over a new connection, all of it (resolve, connect, write, read)
 // within `timeout`.
 health_answer check_health(const health_url& url, std::chrono::milliseconds timeout);
+
+// Another request to the admin listener: a POST (empty body) and headers of its own.
+struct admin_request {
+  bool post = false;
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+health_answer ask_admin(const health_url& url, std::chrono::milliseconds timeout, const admin_request& what);
+
+// `floodgate --reload --config FILE` (a unit's ExecReload): POST /reload to the running
+// gateway's admin listener (admin.listen from FILE, admin.token as the bearer), which
+// answers when the reload is done: exit 0 if it was applied, 1 if it was refused (the
+// errors on stderr) or the gateway could not be asked.
+int run_reload(const config::config& cfg, std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
 // `floodgate --health-check URL`: the image's HEALTHCHECK, with no curl in the image.
 // Exit code 0 on a 2xx answer, 1 otherwise, with the reason on stderr.

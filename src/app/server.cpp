@@ -21,6 +21,7 @@
 #include "app/side_files.hpp"
 #include "config/loader.hpp"
 #include "config/source_file.hpp"
+#include "obs/notify.hpp"
 #include "util/text.hpp"
 #include "store/inspector.hpp"
 #include "store/cluster_batcher.hpp"
@@ -184,6 +185,8 @@ void server::open_when_ready(asio::io_context& main_ioc, listen_group& listener,
     serving_ = true;
     spdlog::info("floodgate listening on {} with {} worker(s), {} route(s), at most {} connections", cfg.listen.str(),
                  workers_.size(), cfg.routes.size(), connections_.max);
+    obs::notify_ready(fmt::format("serving on {} ({} worker(s), {} route(s), config hash {})", cfg.listen.str(),
+                                  workers_.size(), cfg.routes.size(), cfg.hash));
     opened(true);
   };
   asio::post(main_ioc, [poll] { (*poll)(); });
@@ -207,6 +210,21 @@ void server::reload_later(std::string why) {
 
 void server::reload(std::function<void(admin::reload_outcome)> done) {
   asio::post(reload_ioc_, [this, done = std::move(done)] { done(reload("POST /reload")); });
+}
+
+void server::on_control_signal(asio::signal_set& control) {
+  control.async_wait([this, &control](const boost::system::error_code& ec, int sig) {
+    if (ec) return;
+    if (sig == SIGHUP) {
+      reload_later("SIGHUP");
+    } else {
+      // (logrotate's postrotate sends it, as for nginx)
+      with_reload_lock([&] {
+        if (access_ && access_->reopen()) spdlog::info("SIGUSR1: the access log file opened again");
+      });
+    }
+    on_control_signal(control);
+  });
 }
 
 int server::run() {
@@ -243,16 +261,10 @@ int server::run() {
     spdlog::info("admin listening on {}", cfg.admin.listen->str());
   }
 
-  // SIGHUP reloads; the file is watched too (a rename over it, a ConfigMap's swap).
-  asio::signal_set hup(main_ioc, SIGHUP);
-  std::function<void()> on_hup = [&] {
-    hup.async_wait([&](const boost::system::error_code& ec, int) {
-      if (ec) return;
-      reload_later("SIGHUP");
-      on_hup();
-    });
-  };
-  on_hup();
+  // SIGHUP reloads (the file is watched too: a rename over it, a ConfigMap's swap);
+  // SIGUSR1 opens the access log file again.
+  asio::signal_set control(main_ioc, SIGHUP, SIGUSR1);
+  on_control_signal(control);
   config_watch watch(main_ioc, [this] { return watched_files(*current_config()); },
                      [this] { asio::post(reload_ioc_, [this] { file_changed(); }); });
 
@@ -271,12 +283,16 @@ int server::run() {
   main_ioc.run();
   stopping_ = true;
   main_ioc.restart();
-  if (exit_code) signal_number = 0;
-  else spdlog::info("signal {}: draining (up to {}ms)", signal_number, current_config()->http.drain_timeout.count());
+  if (exit_code) {
+    signal_number = 0;
+  } else {
+    spdlog::info("signal {}: draining (up to {}ms)", signal_number, current_config()->http.drain_timeout.count());
+    obs::notify_stopping(fmt::format("draining (up to {} ms)", current_config()->http.drain_timeout.count()));
+  }
   listener.close();
   tls_listener.close();
   tls_listener_ = nullptr;
-  hup.cancel();
+  control.cancel();
   watch.close();
   // Before the admin goes: a reload it waits for answers it on its io_context.
   dns_.stop();
@@ -352,6 +368,18 @@ static void warn_changed_algorithms(const config::config& next, const config::co
 }
 
 admin::reload_outcome server::reload(std::string_view why) {
+  // The service manager hears of it (systemctl reload waits on it), with how it ended.
+  obs::notify_reloading();
+  auto out = reload_now(why);
+  const auto cfg = current_config();
+  obs::notify_ready(out.ok ? fmt::format("serving (reloaded, config hash {})", cfg->hash)
+                           : fmt::format("serving the previous configuration (hash {}): the reload was refused, {} "
+                                         "error(s)",
+                                         cfg->hash, out.errors.size()));
+  return out;
+}
+
+admin::reload_outcome server::reload_now(std::string_view why) {
   std::lock_guard serial(reload_mu_);
   admin::reload_outcome out;
   auto loaded = config::load_file(path_);

@@ -42,6 +42,7 @@ class server final : public admin::status_source {
   // Loads the file again and, if it is valid, swaps it in on every worker (any thread;
   // one reload at a time). `why` goes in the log lines.
   admin::reload_outcome reload(std::string_view why);
+
   // The file changed on disk (the watcher): reloads if its text differs from the last
   // text loaded or tried.
   void file_changed();
@@ -84,6 +85,10 @@ class server final : public admin::status_source {
   // effect is built again with them (its servers' health and pools kept by address).
   void names_resolved();
   int drain(boost::asio::io_context& main_ioc, boost::asio::signal_set& signals);
+  // SIGHUP reloads, SIGUSR1 opens the access log file again; armed again after each.
+  void on_control_signal(boost::asio::signal_set& control);
+  // The reload itself (reload() tells the service manager around it).
+  admin::reload_outcome reload_now(std::string_view why);
 
   const std::string path_;
   mutable std::mutex mu_;  // rt_ and access_ (read by the admin thread); one reload at a time

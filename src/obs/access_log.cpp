@@ -4,19 +4,45 @@
 #include <boost/json/string.hpp>
 #include <fmt/chrono.h>
 #include <spdlog/async.h>
-#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/details/file_helper.h>
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
 namespace fg::obs {
+
+// spdlog's file sink, with a way to open its file again under the sink's own lock.
+class access_log::file_sink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  explicit file_sink(const std::string& path) { file_.open(path, false); }
+  void reopen() {
+    std::lock_guard lock(mutex_);
+    file_.reopen(false);
+  }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    spdlog::memory_buf_t line;
+    formatter_->format(msg, line);
+    file_.write(line);
+  }
+  void flush_() override { file_.flush(); }
+
+ private:
+  spdlog::details::file_helper file_;
+};
 
 std::shared_ptr<access_log> access_log::open(const config::log_config& cfg) {
   auto log = std::make_shared<access_log>();
   if (cfg.access_log == "off") return log;
   if (!spdlog::thread_pool()) spdlog::init_thread_pool(16384, 1);
   std::shared_ptr<spdlog::sinks::sink> sink;
-  if (cfg.access_log == "stdout") sink = std::make_shared<spdlog::sinks::stdout_sink_mt>();
-  else sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(cfg.access_log);
+  if (cfg.access_log == "stdout") {
+    sink = std::make_shared<spdlog::sinks::stdout_sink_mt>();
+  } else {
+    log->file_ = std::make_shared<file_sink>(cfg.access_log);
+    sink = log->file_;
+  }
   // Overrun drops the oldest lines rather than blocking a worker when the sink is slow.
   log->logger_ = std::make_shared<spdlog::async_logger>("access", sink, spdlog::thread_pool(),
                                                         spdlog::async_overflow_policy::overrun_oldest);
@@ -28,6 +54,18 @@ std::shared_ptr<access_log> access_log::open(const config::log_config& cfg) {
 
 access_log::~access_log() {
   if (logger_) logger_->flush();
+}
+
+bool access_log::reopen() const {
+  if (!file_) return true;
+  try {
+    // (lines written meanwhile go to the moved file, as logrotate's "create" expects)
+    file_->reopen();
+    return true;
+  } catch (const std::exception& e) {
+    spdlog::error("access log: cannot open it again: {}", e.what());
+    return false;
+  }
 }
 
 namespace {

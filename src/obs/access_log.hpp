@@ -32,10 +32,15 @@ class access_log {
   static std::shared_ptr<access_log> open(const config::log_config& cfg);
   bool enabled() const { return logger_ != nullptr; }
   void write(const access_record& r) const;
+  // A log written to a file opens it again (logrotate moved it: SIGUSR1, as nginx); the
+  // lines queued meanwhile go to the new file. False, logged, if it cannot be opened.
+  bool reopen() const;
   ~access_log();
 
  private:
+  class file_sink;
   std::shared_ptr<spdlog::logger> logger_;
+  std::shared_ptr<file_sink> file_;
   bool json_ = false;
 };
 
