@@ -2,7 +2,8 @@
 # Installs what is missing, builds (release and ASan+UBSan), runs every test:
 # unit tests and integration tests (the real binary against real upstreams and
 # redis-server processes that the tests start on free ports), the image (the
-# Dockerfile built and run with buildah, as root), and the fuzz targets' smoke run
+# Dockerfile built and run with buildah, as root), the Debian package (built from the
+# release build, linted, installed into a fresh root and run), and the fuzz targets' smoke run
 # (tests/fuzz: every seed replayed clean, then a few seconds of mutation each).
 #
 # Within 30 minutes on a fresh 2-core machine (CONTRIBUTING.md, "The test command's
@@ -44,8 +45,9 @@ stage "release build"
 scripts/build.sh release
 finish "$deps_pid" "$logs/deps.log" "scripts/deps.sh test"
 
-stage "image: the Dockerfile built with buildah and run (tests/docker/test_image.sh, in the background)"
-tests/docker/test_image.sh >"$logs/image.log" 2>&1 &
+stage "image and package: the Dockerfile built with buildah and run, the .deb built, linted and installed (in the background)"
+# (tests/docker/test_image.sh, then tests/package/test_package.sh, which reuses its base root)
+{ tests/docker/test_image.sh && tests/package/test_package.sh; } >"$logs/image.log" 2>&1 &
 image_pid=$!
 bg+=("$image_pid")
 
@@ -62,8 +64,8 @@ ctest --test-dir build-fuzz --output-on-failure -j"$FG_JOBS"
 stage "sanitizer build (address,undefined)"
 scripts/build.sh asan
 
-stage "image test's result"
-finish "$image_pid" "$logs/image.log" "tests/docker/test_image.sh"
+stage "image and package tests' result"
+finish "$image_pid" "$logs/image.log" "tests/docker/test_image.sh, tests/package/test_package.sh"
 
 stage "sanitizer: unit + integration tests (ctest -j$jobs)"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
