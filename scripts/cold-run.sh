@@ -26,6 +26,10 @@ if [ -f /etc/apt/sources.list.d/debian.sources ]; then
   rm -f "$dir/root/etc/apt/sources.list"
 fi
 cp /etc/resolv.conf "$dir/root/etc/resolv.conf"
+# The root a mount point of its own, as a machine's / is (buildah's layer commits make
+# / private, which needs one).
+mount --bind "$dir/root" "$dir/root"
+mounts=("" "${mounts[@]}")
 mount -t proc proc "$dir/root/proc"
 mount -t sysfs sys "$dir/root/sys"
 mount --bind /dev "$dir/root/dev"
