@@ -31,11 +31,12 @@ double random01() {
 }
 
 // Keepalive probes after a second idle, three a second apart; data unacknowledged for
-// `stall` ends the connection (the kernel's defaults are two hours and ~15 minutes).
+// `stall` (5 s at least: below a few retransmission timeouts one lost segment would end
+// a healthy connection) ends it (the kernel's defaults are two hours and ~15 minutes).
 // Best effort: a refusal leaves the liveness check, which needs none of it.
 void watch_in_kernel(int fd, std::chrono::milliseconds stall) {
   const int on = 1, idle = 1, interval = 1, count = 3;
-  const unsigned user_timeout = static_cast<unsigned>(stall.count());
+  const unsigned user_timeout = static_cast<unsigned>(std::max<std::int64_t>(stall.count(), 5000));
   setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);

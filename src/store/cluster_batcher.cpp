@@ -40,6 +40,7 @@ struct cluster_batcher::flow {
   cluster_batcher* owner = nullptr;
   std::vector<unsigned> in_flight;  // per lane: calls of its round not answered yet
   std::int64_t rtt_us = 0;
+  resend_queue unsent;
 };
 
 // A request whose checks span slots: one part per slot, each a copy of its checks (in
@@ -75,6 +76,18 @@ std::int64_t cluster_batcher::round_trip_ms() const { return (flow_->rtt_us + 99
 
 void cluster_batcher::send(std::string_view key, const std::vector<std::string>& args) {
   client_->send(redis::key_slot(key), args, {});
+}
+
+void cluster_batcher::send_idempotent(std::string_view key, const std::vector<std::string>& args) {
+  client_->send(redis::key_slot(key), args,
+                [f = flow_, key = std::string(key), args](error_code ec, redis::reply) mutable {
+                  if (ec) f->unsent.keep(key, std::move(args));
+                });
+}
+
+void cluster_batcher::resend() {
+  if (flow_->unsent.size() == 0) return;
+  for (auto& it : flow_->unsent.due(std::chrono::steady_clock::now())) send_idempotent(it.key, it.args);
 }
 
 void cluster_batcher::charge(const check& c) {
@@ -145,6 +158,7 @@ void cluster_batcher::flush(std::size_t lane) {
 }
 
 void cluster_batcher::send_batch(std::size_t lane, std::unique_ptr<batch> owned) {
+  resend();
   auto b = std::shared_ptr<batch>(std::move(owned));
   // One slot: its keys declared, redirections followed. Several (of one master): the
   // keys in ARGV, one call to the master; if it no longer serves them all (a stale map,

@@ -42,6 +42,7 @@ class cluster_batcher final : public redis_evaluator {
                                                                          std::string_view nonce,
                                                                          std::span<decision> out) override;
   void send(std::string_view key, const std::vector<std::string>& args) override;
+  void send_idempotent(std::string_view key, const std::vector<std::string>& args) override;
   void charge(const check& c) override;
   std::size_t member_index(std::span<const check> checks, std::size_t i) const override;
   void set_metrics(obs::worker_metrics* m) override { metrics_ = m; }
@@ -61,6 +62,8 @@ class cluster_batcher final : public redis_evaluator {
            handler resume);
   void flush(std::size_t lane);
   void send_batch(std::size_t lane, std::unique_ptr<batch> b);
+  // What send_idempotent kept, sent again ahead of the next call.
+  void resend();
   void schedule_flush(std::size_t lane);
   void resend_by_slot(std::size_t lane, batch& b);
   void evaluate_split(std::span<const check> checks, std::string_view nonce, std::span<decision> out, handler resume);

@@ -47,6 +47,18 @@ obs::store_cause cause_of(boost::system::error_code ec) {
 
 void redis_batcher::send(std::string_view, const std::vector<std::string>& args) { conn_->send(args, {}); }
 
+void redis_batcher::send_idempotent(std::string_view key, const std::vector<std::string>& args) {
+  // (a timed-out one too: it may not have run, and running again changes nothing)
+  conn_->send(args, [f = flow_, key = std::string(key), args](boost::system::error_code ec, redis::reply) mutable {
+    if (ec) f->unsent.keep(key, std::move(args));
+  });
+}
+
+void redis_batcher::resend() {
+  if (flow_->unsent.size() == 0 || !conn_->connected()) return;
+  for (auto& it : flow_->unsent.due(std::chrono::steady_clock::now())) send_idempotent(it.key, it.args);
+}
+
 void redis_batcher::charge(const check& c) {
   script_call call;
   call.add(std::span(&c, 1), {});
@@ -67,6 +79,8 @@ void log_charge_failure(const std::string& why) {
 
 void redis_batcher::flush() {
   if (!current_ || current_->waiters.empty()) return;
+  // (ahead of the call, on the same connection: a lease given back before it is counted)
+  resend();
   auto b = std::shared_ptr<batch>(std::move(current_));
   auto [argc, args] = b->call.finish();
   ++flow_->in_flight;

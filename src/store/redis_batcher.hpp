@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "limit/decision.hpp"
+#include "store/resend_queue.hpp"
 
 namespace fg::redis { class connection; }
 namespace fg::obs {
@@ -36,6 +37,10 @@ class redis_evaluator {
                                                                                  std::span<decision> out) = 0;
   // A command about `key`, its answer not waited for.
   virtual void send(std::string_view key, const std::vector<std::string>& args) = 0;
+  // The same for a command that changes nothing when it runs twice (a lease's ZREM): if
+  // the connection is down or its answer is lost, it is kept and sent again once calls
+  // go (resend_queue).
+  virtual void send_idempotent(std::string_view key, const std::vector<std::string>& args) = 0;
   // A post-charge of `c.cost` to `c.key` (the script's charge mode), not waited for.
   virtual void charge(const check& c) = 0;
   // The number (from 0) that names check `i`'s entries in its key (lease_member).
@@ -64,6 +69,7 @@ class redis_batcher final : public redis_evaluator {
                                                                          std::string_view nonce,
                                                                          std::span<decision> out) override;
   void send(std::string_view key, const std::vector<std::string>& args) override;
+  void send_idempotent(std::string_view key, const std::vector<std::string>& args) override;
   void charge(const check& c) override;
   void set_metrics(obs::worker_metrics* m) override { metrics_ = m; }
   std::int64_t round_trip_ms() const override { return (flow_->rtt_us + 999) / 1000; }
@@ -75,10 +81,13 @@ class redis_batcher final : public redis_evaluator {
     redis_batcher* owner = nullptr;
     unsigned in_flight = 0;
     std::int64_t rtt_us = 0;  // moving average of the calls' round trips
+    resend_queue unsent;
   };
   static constexpr unsigned max_in_flight = 1;
   void flush();
   void schedule_flush();
+  // What send_idempotent kept, sent again ahead of the next call while connected.
+  void resend();
 
   boost::asio::any_io_executor ex_;
   std::shared_ptr<redis::connection> conn_;

@@ -41,7 +41,8 @@ void redis_source::release(limit_call& c) {
   if (!batcher_) return;
   for (std::size_t i = 0; i < c.checks.size(); ++i)
     if (holds_lease(c, i))
-      batcher_->send(c.checks[i].key, {"ZREM", c.checks[i].key, lease_member(c.nonce, batcher_->member_index(c.checks, i))});
+      batcher_->send_idempotent(c.checks[i].key,
+                                {"ZREM", c.checks[i].key, lease_member(c.nonce, batcher_->member_index(c.checks, i))});
 }
 
 void redis_source::release_unanswered(limit_call& c) {
@@ -49,7 +50,8 @@ void redis_source::release_unanswered(limit_call& c) {
   if (!batcher_ || c.nonce.empty()) return;
   for (std::size_t i = 0; i < c.checks.size(); ++i)
     if (c.checks[i].cfg->algo == config::algorithm::concurrency)
-      batcher_->send(c.checks[i].key, {"ZREM", c.checks[i].key, lease_member(c.nonce, batcher_->member_index(c.checks, i))});
+      batcher_->send_idempotent(c.checks[i].key,
+                                {"ZREM", c.checks[i].key, lease_member(c.nonce, batcher_->member_index(c.checks, i))});
 }
 
 void redis_source::renew(limit_call& c) {

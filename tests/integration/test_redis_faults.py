@@ -218,6 +218,47 @@ def test_cluster_black_holed_node_connections_are_replaced(gateway_factory, prox
         cluster.stop()
 
 
+def one_lease_route():
+    return """  - name: r
+    match:
+      path_prefix: /slow
+    upstream: api
+    on_store_error: deny
+    limits:
+      - name: one
+        algorithm: concurrency
+        key: global
+        limit: 1
+        window: 1h
+"""
+
+
+def test_a_lease_whose_answer_a_reset_cut_is_given_back_once_reconnected(gateway_factory, redis_server, proxies):
+    """The reply to a concurrency call cut by a reset (the script ran: the lease is taken)
+    and the connection gone with it: the lease's ZREM cannot go then. It is kept and sent
+    ahead of the next call once the gateway is connected again, so that call finds the
+    limit of 1 free; it would be held for its lifetime (1 h here) otherwise."""
+    proxy = proxies(redis_server.address)
+    g = with_admin(lambda extra: gateway_factory(store="redis", redis=proxy.address, routes=one_lease_route(),
+                                                 extra=extra, redis_timeout=TIMEOUT, workers=1),
+                   more=READY_REQUIRES_STORE)
+    assert wait_until(lambda: admin_get(g, "/readyz").status == 200, 15), g.log_text()
+    proxy.set("reset_reply", existing=True, new=True)
+    assert g.request(get("/slow?ms=1")).status == 503
+    key = wait_for("the lease's key", lambda: redis_server.keys("fgtest:*"), 5)[0]
+    assert redis_server.cli("zcard", key) == "1"  # granted, and its release not sent
+    proxy.clear()
+    # Until the gateway is connected again its calls fail at once (503, nothing sent);
+    # the first call decided must find the lease given back.
+    deadline, status = time.monotonic() + 15, 503
+    while status == 503 and time.monotonic() < deadline:
+        status = g.request(get("/slow?ms=1")).status
+        if status == 503:
+            time.sleep(0.05)  # (a poll interval)
+    assert status == 200, f"{status}: the lease the reset cut is still held"
+    assert redis_server.cli("zcard", key) == "0"
+
+
 def test_a_lease_granted_by_a_call_whose_answer_was_lost_is_given_back(gateway_factory, redis_server, proxies):
     """Every answer from Redis late past redis.timeout: a concurrency call times out (503,
     on_store_error: deny) though Redis ran it and granted the lease; the gateway gives it
