@@ -23,8 +23,8 @@ test_pkgs=(redis-server redis-sentinel python3 python3-pytest python3-yaml opens
            clang-16 libfuzzer-16-dev libclang-rt-16-dev)
 bench_pkgs=(nginx-light haproxy util-linux procps)
 # The Debian package (scripts/package.sh): dpkg-shlibdeps, help2man for the man page;
-# lintian checks it (tests/package/test_package.sh).
-package_pkgs=(dpkg-dev help2man lintian)
+# lintian checks it, systemd-analyze scores its unit (tests/package/test_package.sh).
+package_pkgs=(dpkg-dev help2man lintian systemd)
 
 want=("${build_pkgs[@]}")
 case "${1:-build}" in

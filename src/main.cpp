@@ -48,6 +48,9 @@ int main(int argc, char** argv) {
   // OpenSSL writes to its sockets itself (write(2), not send with MSG_NOSIGNAL): a peer
   // gone must be an EPIPE for that one connection, never the end of the process.
   std::signal(SIGPIPE, SIG_IGN);
+  // SIGUSR1 (logrotate's postrotate) ends a process by default: ignored until the server
+  // handles it (it opens the access log again), so a rotation during the start is harmless.
+  std::signal(SIGUSR1, SIG_IGN);
   po::options_description opts("floodgate — a rate-limiting HTTP reverse proxy\n\nUsage: floodgate [--check | --reload] --config FILE\n       floodgate --health-check URL\n\nOptions");
   opts.add_options()
       ("config,c", po::value<std::string>()->default_value("config/floodgate.yaml"), "configuration file")

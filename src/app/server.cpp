@@ -218,10 +218,13 @@ void server::on_control_signal(asio::signal_set& control) {
     if (sig == SIGHUP) {
       reload_later("SIGHUP");
     } else {
-      // (logrotate's postrotate sends it, as for nginx)
-      with_reload_lock([&] {
-        if (access_ && access_->reopen()) spdlog::info("SIGUSR1: the access log file opened again");
-      });
+      // (logrotate's postrotate sends it, as for nginx; not waiting for a reload under way)
+      std::shared_ptr<obs::access_log> access;
+      {
+        std::lock_guard lock(mu_);
+        access = access_;
+      }
+      if (access && access->reopen()) spdlog::info("SIGUSR1: the access log file opened again");
     }
     on_control_signal(control);
   });
@@ -369,13 +372,16 @@ static void warn_changed_algorithms(const config::config& next, const config::co
 
 admin::reload_outcome server::reload(std::string_view why) {
   // The service manager hears of it (systemctl reload waits on it), with how it ended.
-  obs::notify_reloading();
+  // (only while serving: a reload during the start or the drain must not say READY)
+  const bool announce = serving_ && !stopping_;
+  if (announce) obs::notify_reloading();
   auto out = reload_now(why);
   const auto cfg = current_config();
-  obs::notify_ready(out.ok ? fmt::format("serving (reloaded, config hash {})", cfg->hash)
-                           : fmt::format("serving the previous configuration (hash {}): the reload was refused, {} "
-                                         "error(s)",
-                                         cfg->hash, out.errors.size()));
+  if (announce && serving_ && !stopping_)
+    obs::notify_ready(out.ok ? fmt::format("serving (reloaded, config hash {})", cfg->hash)
+                             : fmt::format("serving the previous configuration (hash {}): the reload was refused, {} "
+                                           "error(s)",
+                                           cfg->hash, out.errors.size()));
   return out;
 }
 

@@ -119,7 +119,7 @@ class server final : public admin::status_source {
   // The proxy port listens (startup is over).
   std::atomic<bool> serving_{false};
   // run()'s loop has ended (a signal, or a failed start): the start-up wait gives up.
-  bool stopping_ = false;
+  std::atomic<bool> stopping_{false};
   std::chrono::steady_clock::time_point started_at_{};
   boost::asio::io_context reload_ioc_;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> reload_work_;

@@ -11,25 +11,32 @@
 
 namespace fg::obs {
 
-// spdlog's file sink, with a way to open its file again under the sink's own lock.
+// spdlog's file sink, with a way to open its file again: the new file is opened first and
+// swapped in under the sink's own lock, so a file that cannot be opened leaves the old one
+// writing (spdlog's own reopen closes first, and a failed open then leaves no file).
 class access_log::file_sink final : public spdlog::sinks::base_sink<std::mutex> {
  public:
-  explicit file_sink(const std::string& path) { file_.open(path, false); }
+  explicit file_sink(std::string path) : path_(std::move(path)), file_(std::make_unique<spdlog::details::file_helper>()) {
+    file_->open(path_, false);
+  }
   void reopen() {
+    auto next = std::make_unique<spdlog::details::file_helper>();
+    next->open(path_, false);  // (throws, and nothing changed, if it cannot)
     std::lock_guard lock(mutex_);
-    file_.reopen(false);
+    file_.swap(next);
   }
 
  protected:
   void sink_it_(const spdlog::details::log_msg& msg) override {
     spdlog::memory_buf_t line;
     formatter_->format(msg, line);
-    file_.write(line);
+    file_->write(line);
   }
-  void flush_() override { file_.flush(); }
+  void flush_() override { file_->flush(); }
 
  private:
-  spdlog::details::file_helper file_;
+  std::string path_;
+  std::unique_ptr<spdlog::details::file_helper> file_;
 };
 
 std::shared_ptr<access_log> access_log::open(const config::log_config& cfg) {
