@@ -119,20 +119,25 @@ end
 def wrk_flood(port, seconds, tmp_path, clients=4):
     """GETs of /r from wrk (written in C, so no interpreter's pauses between sends) on
     `clients` keep-alive connections, 16 pipelined on each, for `seconds`; returns
-    (admitted, elapsed) as wrk counted and timed them, the time in microseconds (its
-    printed summary rounds to 10 ms, 10 tokens at 1000/s). Answers still on their way
-    when wrk stops are not counted: never more admitted than the gateway gave, and every
-    counted answer was decided within wrk's time."""
+    (admitted, elapsed, outer) as wrk counted and timed them, the time in microseconds
+    (its printed summary rounds to 10 ms, 10 tokens at 1000/s), and the time from before
+    wrk started to after it ended. Answers still on their way when wrk stops are not
+    counted. wrk starts its threads (which connect and send at once) before it reads the
+    clock it times the run from: answers of that moment are counted, not timed, so that
+    `elapsed` may be short of the admissions' span (by a few ms on a loaded machine),
+    while `outer` holds all of it."""
     script = tmp_path / "pipeline.lua"
     script.write_text(WRK_PIPELINE)
+    began = time.monotonic()
     out = subprocess.run(["wrk", "-t2", f"-c{clients}", f"-d{round(seconds)}s", "-s", str(script),
                           f"http://127.0.0.1:{port}/r"], capture_output=True, text=True, timeout=seconds + 30)
+    outer = time.monotonic() - began
     assert out.returncode == 0, out.stdout + out.stderr
     m = re.search(r"FG-SUMMARY (\d+) (\d+) (\d+) (\d+)", out.stdout)
     assert m, out.stdout
     duration_us, total, non2xx, socket_errors = (int(g) for g in m.groups())
     assert socket_errors == 0, out.stdout  # every connection kept and every answer read
-    return total - non2xx, duration_us / 1e6
+    return total - non2xx, duration_us / 1e6, outer
 
 
 @pytest.mark.parametrize("store", ["memory", "redis"])
@@ -155,14 +160,16 @@ def test_rate_limits_admit_what_they_promise_under_a_flood(gateway_factory, redi
         floods = []
         for attempt in range(2):
             time.sleep(b / RATE + 0.1)  # (the bucket full again)
-            admitted, elapsed = wrk_flood(g.port, SECONDS, tmp_path)
+            admitted, elapsed, outer = wrk_flood(g.port, SECONDS, tmp_path)
             promised = RATE * elapsed + b
             ratio = admitted / promised
-            record(f"{algo} {store} burst {b} flood {attempt + 1}: admitted {admitted} of {promised:.1f} ({ratio:.4f})")
-            floods.append((admitted, round(promised, 1), round(ratio, 4)))
-            # (slack: 3 ms of tokens, for the decisions' millisecond clock and the up to
-            # 2 ms a late turn is credited; wrk's time is exact to the microsecond)
-            assert admitted <= promised + 2 + RATE * 0.003, floods
+            record(f"{algo} {store} burst {b} flood {attempt + 1}: admitted {admitted} of {promised:.1f} ({ratio:.4f}; "
+                   f"at most {RATE * outer + b:.1f} over wrk's whole run)")
+            floods.append((admitted, round(promised, 1), round(ratio, 4), round(RATE * outer + b, 1)))
+            # The ceiling over the whole run, which holds every admission (wrk's own time
+            # may miss its first moment); slack: 3 ms of tokens, for the decisions'
+            # millisecond clock and the up to 2 ms a late turn is credited.
+            assert admitted <= RATE * outer + b + 2 + RATE * 0.003, floods
             if b == 1 or ratio >= 0.98:
                 break
         # (short of 0.98 it was tried once more: a stall past 100 ms is rare, not never)
