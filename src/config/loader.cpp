@@ -85,6 +85,18 @@ class loader {
  private:
   std::optional<duration> positive_duration(const YAML::Node& n) { return detail::positive_duration(r_, n); }
 
+  // A duration from `lo` to `hi`; outside, an error naming section + what and the range.
+  std::optional<duration> bounded_duration(const YAML::Node& n, duration lo, duration hi, const char* section,
+                                           const char* what) {
+    auto d = positive_duration(n);
+    if (d && (*d < lo || *d > hi)) {
+      r_.error(n, std::string(section) + what + " must be from " + std::to_string(lo.count()) + "ms to " +
+                      std::to_string(hi.count() / 1000) + "s");
+      return std::nullopt;
+    }
+    return d;
+  }
+
   std::optional<rate> positive_rate(const YAML::Node& n) {
     auto v = r_.parsed<rate>(n, parse_rate, "rate (want e.g. 10/s, 600/m, 1000/h)");
     if (v && v->count == 0) {
@@ -179,14 +191,8 @@ class loader {
   // redis.ping_interval and redis.stall_timeout: how a connection that stopped answering
   // is found (redis/liveness.hpp).
   void liveness(yaml_reader::object& o, redis_config& rc) {
-    auto within = [&](const YAML::Node& n, duration lo, duration hi, const char* what) -> std::optional<duration> {
-      auto d = positive_duration(n);
-      if (d && (*d < lo || *d > hi)) {
-        r_.error(n, std::string("redis.") + what + " must be from " + std::to_string(lo.count()) + "ms to " +
-                        std::to_string(hi.count() / 1000) + "s");
-        return std::nullopt;
-      }
-      return d;
+    auto within = [&](const YAML::Node& n, duration lo, duration hi, const char* what) {
+      return bounded_duration(n, lo, hi, "redis.", what);
     };
     if (auto n = o.get("ping_interval"); present(n))
       set(rc.ping_interval, within(n, duration{100}, duration{3'600'000}, "ping_interval"));
@@ -304,14 +310,8 @@ class loader {
         else if (e) rc.servers.push_back(*e);
       }
     }
-    auto bounded = [&](const YAML::Node& n, duration lo, duration hi, const char* what) -> std::optional<duration> {
-      auto d = positive_duration(n);
-      if (d && (*d < lo || *d > hi)) {
-        r_.error(n, std::string("resolver.") + what + " must be from " + std::to_string(lo.count()) + "ms to " +
-                        std::to_string(hi.count() / 1000) + "s");
-        return std::nullopt;
-      }
-      return d;
+    auto bounded = [&](const YAML::Node& n, duration lo, duration hi, const char* what) {
+      return bounded_duration(n, lo, hi, "resolver.", what);
     };
     if (auto n = o.get("timeout"); present(n)) set(rc.timeout, bounded(n, duration{100}, duration{30'000}, "timeout"));
     if (auto n = o.get("tries"); present(n)) set(rc.tries, r_.unsigned_int(n, 1, 10));

@@ -265,19 +265,7 @@ def test_a_lease_granted_by_a_call_whose_answer_was_lost_is_given_back(gateway_f
     back (ZREM after the failure) instead of leaving it held for the lease's lifetime (1 h
     here), which would hold the limit of 1 taken."""
     proxy = proxies(redis_server.address)
-    routes = """  - name: r
-    match:
-      path_prefix: /slow
-    upstream: api
-    on_store_error: deny
-    limits:
-      - name: one
-        algorithm: concurrency
-        key: global
-        limit: 1
-        window: 1h
-"""
-    g = with_admin(lambda extra: gateway_factory(store="redis", redis=proxy.address, routes=routes, extra=extra,
+    g = with_admin(lambda extra: gateway_factory(store="redis", redis=proxy.address, routes=one_lease_route(), extra=extra,
                                                  redis_timeout=TIMEOUT), more=READY_REQUIRES_STORE)
     assert wait_until(lambda: admin_get(g, "/readyz").status == 200, 15), g.log_text()
     proxy.set("latency", existing=True, new=True, ms=150)
