@@ -202,16 +202,19 @@ decision gcra(const config::limit_config& c, key_state& s, std::int64_t now, std
   double allow_at = new_tat - tolerance;
   decision d;
   d.limit = c.burst;
+  // An admission's new TAT, kept past it by the credit, so that a late turn finds it.
+  auto record = [&] {
+    d.reset_ms = ceil_ms(new_tat);
+    if (!commit) return;
+    s.count = now;
+    s.stamp = new_tat;
+    s.expires_at = now + d.reset_ms + 3;
+  };
   if (allow_at > 1e-9 && delayable(c, allow_at)) {
     // on_exceed: delay: admitted now, to go at its turn.
     d.remaining = 0;
     d.retry_ms = ceil_ms(allow_at);
-    d.reset_ms = ceil_ms(new_tat);
-    if (commit) {
-      s.count = now;
-      s.stamp = new_tat;
-      s.expires_at = now + d.reset_ms + 3;
-    }
+    record();
     return d;
   }
   if (allow_at > 1e-9) {
@@ -222,13 +225,7 @@ decision gcra(const config::limit_config& c, key_state& s, std::int64_t now, std
     return d;
   }
   d.remaining = static_cast<std::uint64_t>(std::max(0.0, std::floor((tolerance - new_tat) / t + 1e-9)));
-  d.reset_ms = ceil_ms(new_tat);
-  if (commit) {
-    s.count = now;
-    s.stamp = new_tat;
-    // Kept past its TAT by the credit, so a late turn finds it.
-    s.expires_at = now + d.reset_ms + 3;
-  }
+  record();
   return d;
 }
 
