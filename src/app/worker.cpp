@@ -184,16 +184,16 @@ asio::awaitable<void> worker::accept_loop(tcp::acceptor& from, bool tls) {
       continue;
     }
     if (ctx_.draining) continue;
-    if (!admit(socket, tls)) continue;
-    if (tls) http::start_tls_session(ctx_, std::move(socket), peer.address());
-    else http::start_session(ctx_, std::move(socket), peer.address());
+    auto slot = admit(socket, tls);
+    if (!slot) continue;
+    if (tls) http::start_tls_session(ctx_, std::move(socket), peer.address(), std::move(*slot));
+    else http::start_session(ctx_, std::move(socket), peer.address(), std::move(*slot));
   }
 }
 
-bool worker::admit(tcp::socket& socket, bool tls) {
+std::optional<http::connection_slot> worker::admit(tcp::socket& socket, bool tls) {
   auto* limit = ctx_.connections;
-  if (!limit || limit->open.fetch_add(1, std::memory_order_relaxed) < limit->max) return true;
-  limit->open.fetch_sub(1, std::memory_order_relaxed);
+  if (auto slot = http::connection_slot::take(limit)) return slot;
   // Past the cap: a short 503 if the socket takes it at once (not in plain text to a
   // TLS client), then close.
   static constexpr std::string_view busy =
@@ -206,7 +206,7 @@ bool worker::admit(tcp::socket& socket, bool tls) {
     spdlog::warn("connection limit reached ({} open, http.max_connections {}): refused {} connection(s) since the "
                  "last report",
                  limit->open.load(std::memory_order_relaxed), limit->max, refused);
-  return false;
+  return std::nullopt;
 }
 
 asio::awaitable<void> worker::sweep_deadlines() {

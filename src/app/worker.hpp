@@ -116,8 +116,9 @@ class worker {
   void read_resets();
   boost::asio::awaitable<void> accept_loop(boost::asio::ip::tcp::acceptor& from, bool tls);
   boost::asio::awaitable<void> sweep_deadlines();
-  // Counts a new connection against http.max_connections; past it, answers 503 and closes.
-  bool admit(boost::asio::ip::tcp::socket& socket, bool tls);
+  // Counts a new connection against http.max_connections (its place, held until the
+  // connection ends); past it, answers 503, closes it and says nullopt.
+  std::optional<http::connection_slot> admit(boost::asio::ip::tcp::socket& socket, bool tls);
 
   // Sessions unregister from ctx_ when the io_context destroys their frames, so ctx_
   // is declared first and the io_context is torn down explicitly in the destructor.

@@ -2,27 +2,34 @@
 
 namespace fg::deadline {
 
+void entry::expire_now() {
+  deadline_ = coarse_now;  // (the next sweep cancels it again, should it wait again)
+  expired_ = true;
+  boost::system::error_code ignored;
+  if (socket_) socket_->cancel(ignored);
+}
+
 void board::sweep(clock::time_point now) {
   coarse_now = now;
   boost::system::error_code ignored;
   for (auto& s : entries_) {
-    if (s.idle && !s.lean && s.lean_at <= now && s.socket) {
-      s.lean = true;
-      s.lean_at = clock::time_point::max();
-      s.socket->cancel(ignored);
+    if (s.idle_ && !s.lean_ && s.lean_at_ <= now && s.socket_) {
+      s.lean_ = true;
+      s.lean_at_ = clock::time_point::max();
+      s.socket_->cancel(ignored);
     }
-    if (s.deadline > now) continue;
-    s.deadline = clock::time_point::max();
-    s.expired = true;
-    if (s.socket) s.socket->cancel(ignored);
-    if (s.upstream) s.upstream->cancel(ignored);
+    if (s.deadline_ > now) continue;
+    s.deadline_ = clock::time_point::max();
+    s.expired_ = true;
+    if (s.socket_) s.socket_->cancel(ignored);
+    if (s.upstream_) s.upstream_->cancel(ignored);
   }
 }
 
 void board::cancel_idle() {
   boost::system::error_code ignored;
   for (auto& s : entries_)
-    if (s.idle && s.socket) s.socket->cancel(ignored);
+    if (s.idle_ && s.socket_) s.socket_->cancel(ignored);
 }
 
 }  // namespace fg::deadline

@@ -23,27 +23,56 @@ inline thread_local clock::time_point coarse_now = clock::now();
 inline constexpr std::chrono::milliseconds lean_after{100};
 inline clock::time_point after(clock::duration d) { return coarse_now + sweep_interval + d; }
 
-// One connection's current wait. Its owner writes the deadline of each wait here; once
-// it has passed, the sweeper cancels both sockets and sets `expired`.
-struct entry {
-  boost::asio::ip::tcp::socket* socket = nullptr;
-  boost::asio::ip::tcp::socket* upstream = nullptr;  // the upstream connection in use, if any
-  clock::time_point deadline = clock::time_point::max();
-  bool expired = false;  // the sweeper cancelled the current wait
-  bool idle = true;      // waiting for a request with nothing buffered: safe to close on drain
-  // While idle, at lean_at the sweeper cancels the read (setting `lean`), and the
-  // owner waits on without buffers.
-  bool lean = false;
-  clock::time_point lean_at = clock::time_point::max();
-
+// One connection's current wait, behind named operations. Its owner arms the deadline
+// of each wait; once it has passed, the sweeper cancels the waits of the connection's
+// socket and of the upstream socket in use, and the wait reads as expired(). The
+// sockets are the owner's: it names the upstream one for as long as it is in use
+// (watch_upstream, forget_upstream), and the connection's for the entry's life
+// (board::open); a socket outliving its entry is what the owner's member order assures.
+class entry {
+ public:
+  // The wait ends `timeout` from now (deadline::after), or at `when`.
   void arm(std::chrono::milliseconds timeout) {
-    expired = false;
-    deadline = after(timeout);
+    expired_ = false;
+    deadline_ = after(timeout);
   }
   void arm_at(clock::time_point when) {
-    expired = false;
-    deadline = when;
+    expired_ = false;
+    deadline_ = when;
   }
+  // Ends the current wait now, as its deadline would (a connection ended for another);
+  // a wait begun again before the next sweep is ended by it.
+  void expire_now();
+  // The sweeper cancelled the current wait at its deadline (or expire_now did).
+  bool expired() const { return expired_; }
+  clock::time_point deadline() const { return deadline_; }
+
+  // Idle: waiting for a request with nothing buffered (a drain closes it). Busy: not.
+  void set_idle() { idle_ = true; }
+  void set_busy() { idle_ = false; }
+  // While idle, at `when` the sweeper takes back the read (lean() then holds), and the
+  // owner waits on without buffers; stay_awake() takes that back.
+  void lean_at(clock::time_point when) { lean_at_ = when; }
+  clock::time_point lean_at() const { return lean_at_; }
+  void stay_awake() { lean_at_ = clock::time_point::max(); }
+  bool lean() const { return lean_; }
+  void set_lean() { lean_ = true; }  // lean already (a parked connection)
+  void woke() { lean_ = false; }
+
+  // The upstream socket in use, whose wait the deadline cancels too; none after forget.
+  void watch_upstream(boost::asio::ip::tcp::socket* s) { upstream_ = s; }
+  void forget_upstream() { upstream_ = nullptr; }
+  bool watches_upstream(const boost::asio::ip::tcp::socket* s) const { return upstream_ == s; }
+
+ private:
+  friend class board;
+  boost::asio::ip::tcp::socket* socket_ = nullptr;
+  boost::asio::ip::tcp::socket* upstream_ = nullptr;
+  clock::time_point deadline_ = clock::time_point::max();
+  bool expired_ = false;
+  bool idle_ = true;
+  bool lean_ = false;
+  clock::time_point lean_at_ = clock::time_point::max();
 };
 
 // The entries of one worker. Not thread-safe: it lives on the worker's thread.
@@ -55,7 +84,7 @@ class board {
     watch() = default;
     watch(board& b, boost::asio::ip::tcp::socket* socket) : board_(&b) {
       it_ = b.entries_.emplace(b.entries_.end());
-      it_->socket = socket;
+      it_->socket_ = socket;
     }
     watch(watch&& o) noexcept : board_(std::exchange(o.board_, nullptr)), it_(o.it_) {}
     watch& operator=(watch&& o) noexcept {

@@ -2,7 +2,7 @@
 // A keep-alive connection between requests, idle past deadline::lean_after: its stream
 // (a socket, or a socket and its TLS state), its deadline entry and one wait for
 // readability; no session, coroutine frame or buffer. Readable, it gets a new session;
-// past idle_timeout or on drain it is closed. For session.cpp and session_tls.cpp.
+// past idle_timeout or on drain it is closed. For the connection loop (serve.hpp).
 #include <boost/asio/ip/tcp.hpp>
 
 #include <chrono>
@@ -32,34 +32,34 @@ template <class Stream>
 struct parked {
   worker_context& ctx;
   Stream stream;
-  deadline::board::watch entry;
+  deadline::board::watch entry;  // (after stream: gone from the board before it)
+  connection_slot slot;          // given back when the parked connection is closed
 
-  parked(worker_context& c, Stream s)
-      : ctx(c), stream(std::move(s)), entry(ctx.deadlines.open(&socket_under(stream))) {
-    entry->lean = true;  // already lean: the sweeper only watches its deadline
+  parked(worker_context& c, Stream s, connection_slot place)
+      : ctx(c), stream(std::move(s)), entry(ctx.deadlines.open(&socket_under(stream))), slot(std::move(place)) {
+    entry->set_lean();  // already lean: the sweeper only watches its deadline
     if constexpr (requires { stream.release_buffers(); }) stream.release_buffers();
     ++ctx.parked;
   }
-  ~parked() {
-    --ctx.parked;
-    if (socket_under(stream).is_open() && ctx.connections)
-      ctx.connections->open.fetch_sub(1, std::memory_order_relaxed);
-  }
+  ~parked() { --ctx.parked; }
 };
 
-// Parks `stream` until `deadline`; `resume(ctx, stream)` when it is readable.
+// Parks `stream` (holding `slot`) until `deadline`; `resume(ctx, stream, slot)` when it
+// is readable.
 template <class Stream, class Resume>
-void park(worker_context& ctx, Stream stream, std::chrono::steady_clock::time_point deadline, Resume resume) {
-  auto p = std::make_unique<parked<Stream>>(ctx, std::move(stream));
+void park(worker_context& ctx, Stream stream, connection_slot slot, std::chrono::steady_clock::time_point deadline,
+          Resume resume) {
+  auto p = std::make_unique<parked<Stream>>(ctx, std::move(stream), std::move(slot));
   p->entry->arm_at(deadline);
   auto& s = socket_under(p->stream);
   s.async_wait(boost::asio::ip::tcp::socket::wait_read, [p = std::move(p), resume](boost::system::error_code ec) mutable {
-    // Timed out, drained or reset: ~parked closes it and gives its count back.
-    if (ec || p->entry->expired || p->ctx.draining) return;
+    // Timed out, drained or reset: ~parked closes it and gives its place back.
+    if (ec || p->entry->expired() || p->ctx.draining) return;
     auto& ctx = p->ctx;
     auto stream = std::move(p->stream);
+    auto place = std::move(p->slot);
     p.reset();
-    resume(ctx, std::move(stream));
+    resume(ctx, std::move(stream), std::move(place));
   });
 }
 

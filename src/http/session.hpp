@@ -11,12 +11,14 @@ namespace fg::http {
 // keep-alive connection idle for a while is parked: it then holds its socket and one
 // wait for readability, and gets a new session when its next request arrives.
 // `peer`: the address accept() gave (normalized here).
-void start_session(worker_context& ctx, boost::asio::ip::tcp::socket socket, const boost::asio::ip::address& peer);
+// `slot`: its place under http.max_connections, held until the connection ends.
+void start_session(worker_context& ctx, boost::asio::ip::tcp::socket socket, const boost::asio::ip::address& peer,
+                   connection_slot slot);
 // The same for a connection to the TLS listener (ctx.rt->tls.listener): its handshake
 // first, within tls.handshake_timeout and among at most tls.max_handshakes at once on the
 // worker (past it, the connection is closed at once); then sessions over the TLS stream,
 // parked between requests as plain connections are.
 void start_tls_session(worker_context& ctx, boost::asio::ip::tcp::socket socket,
-                       const boost::asio::ip::address& peer);
+                       const boost::asio::ip::address& peer, connection_slot slot);
 
 }  // namespace fg::http

@@ -1,8 +1,11 @@
 #pragma once
-// The session class template, over its downstream stream: a TCP socket in the product,
-// a beast::test::stream in its unit tests. Its members are defined in session_read.ipp
-// (reading, local answers, the limits) and session_upstream.ipp (the upstream exchange),
-// instantiated for tcp::socket in session.cpp. Beast-heavy: include only from those.
+// The session class template, over its downstream stream: a TCP socket or a TLS stream
+// in the product, a beast::test::stream in its unit tests. It serves the requests of
+// one connection (connection.hpp: the stream, buffer, deadline entry and place it
+// holds) until it closes or idles. Its members are defined in session_read.ipp
+// (reading, local answers, the limits) and session_upstream.ipp (the upstream
+// exchange), instantiated in session.cpp and session_tls.cpp through the connection
+// loop (serve.hpp). Beast-heavy: include only from those.
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/compose.hpp>
 #include <boost/asio/deferred.hpp>
@@ -22,6 +25,7 @@
 
 #include "http/admission.hpp"
 #include "http/body_write.hpp"
+#include "http/connection.hpp"
 #include "http/worker_context.hpp"
 #include "http/framing.hpp"
 #include "http/response_parser.hpp"
@@ -36,8 +40,6 @@
 
 namespace fg::http::detail {
 
-using asio::ip::tcp;
-using error_code = boost::system::error_code;
 using clock = std::chrono::steady_clock;
 using request_parser = bhttp::request_parser<bhttp::buffer_body>;
 using response_parser = http::response_parser;
@@ -56,32 +58,9 @@ inline std::string_view bytes_of(const beast::flat_buffer& b) {
 
 // Maps a cancelled wait whose deadline passed to a timeout.
 inline error_code timed(const deadline::entry& e, error_code ec) {
-  return ec && e.expired ? error_code(beast::error::timeout) : ec;
+  return ec && e.expired() ? error_code(beast::error::timeout) : ec;
 }
 
-// What the session asks of its downstream stream beyond reading and writing. A socket,
-// and a TLS stream over one (tls::stream, the TLS listener's), have idle waits with no
-// buffer (lean), parking, tunnels, deadlines (the sweeper cancels the socket) and
-// deferred reads; a test stream has reads and writes, and close().
-template <class Stream>
-inline constexpr bool is_socket = std::is_same_v<Stream, tcp::socket>;
-template <class Stream>
-inline constexpr bool is_tls = requires(Stream& s) {
-  { s.next_layer() } -> std::same_as<tcp::socket&>;
-  s.native_handle();
-};
-template <class Stream>
-tcp::socket* socket_of(Stream& s) {
-  if constexpr (is_socket<Stream>) return &s;
-  else if constexpr (is_tls<Stream>) return &s.next_layer();
-  else return nullptr;
-}
-// OpenSSL holds bytes of the peer's that a wait for the socket's readability would not see.
-template <class Stream>
-bool holds_input(const Stream& s) {
-  if constexpr (is_tls<Stream>) return s.holds_input();
-  else return false;
-}
 // What every accepted client socket is set to: no Nagle delay, and a bound on what
 // waits unsent in the kernel (net::bound_unsent: a slow reader's writes move on as it
 // reads, see write_down_op).
@@ -113,7 +92,7 @@ struct write_down_op {
     done += n;
     if (started && (ec || done == asio::buffer_size(bufs))) return self.complete(ec, done);
     // (the sweeper cancelled the write, and the batch's part of it completed anyway)
-    if (started && watch.expired) return self.complete(asio::error::operation_aborted, done);
+    if (started && watch.expired()) return self.complete(asio::error::operation_aborted, done);
     watch.arm(timeout);
     if (!std::exchange(started, true)) {
       if constexpr (is_socket<Stream>) {
@@ -135,26 +114,6 @@ constexpr auto read_token() {
     return deferred_tuple;
   else return asio::as_tuple(asio::use_awaitable);
 }
-// Ends our sending side (a socket's half-close; under TLS, the TCP one: the response
-// is framed, and a close_notify would need a write of its own).
-template <class Stream>
-void half_close(Stream& s, error_code& ec) {
-  if constexpr (is_socket<Stream>) s.shutdown(tcp::socket::shutdown_send, ec);
-  else if constexpr (is_tls<Stream>) {
-    s.send_close_notify();
-    s.next_layer().shutdown(tcp::socket::shutdown_send, ec);
-  } else {
-    s.close();
-  }
-}
-template <class Stream>
-void close_stream(Stream& s) {
-  error_code ec;
-  if constexpr (is_socket<Stream>) s.close(ec);
-  else if constexpr (is_tls<Stream>) s.next_layer().close(ec);
-  else s.close();
-}
-
 // An optional T kept on the heap, so that an idle connection can give its storage
 // back (release()) while a busy one reuses it request after request.
 template <class T>
@@ -177,20 +136,17 @@ class lazy_optional {
 template <class Stream>
 class session {
  public:
-  // `peer`: the client's address (normalized), for identity and logs.
-  session(worker_context& ctx, Stream stream, const net::address& peer, bool resumed);
+  // `peer`: the client's address (normalized), for identity and logs; `slot`: the
+  // connection's place under http.max_connections.
+  session(worker_context& ctx, Stream stream, connection_slot slot, const net::address& peer, bool resumed);
   ~session();
 
   // True when the connection is to be parked (idle between requests): then take its
-  // socket with release_socket() and its deadline with idle_deadline().
+  // stream, its place and its deadline with release().
   asio::awaitable<bool> run();
   // The subject of the connection's verified client certificate (a limit's client_cert key).
   void set_client_cert(std::string subject) { client_cert_ = std::move(subject); }
-  Stream release_socket() {
-    parked_ = true;
-    return std::move(socket_);
-  }
-  clock::time_point idle_deadline() const { return watch_->deadline; }
+  typename connection<Stream>::released release() { return conn_.release(); }
 
  private:
   enum class outcome { keep_going, close, closed, park };
@@ -229,7 +185,7 @@ class session {
   // deadline is renewed each time the client takes some of it (write_down_op).
   auto write_down(std::span<const asio::const_buffer> bufs) {
     return asio::async_compose<decltype(deferred_tuple), void(error_code, std::size_t)>(
-        write_down_op<Stream>{socket_, *watch_, rt_->cfg->http.idle_timeout, bufs}, deferred_tuple);
+        write_down_op<Stream>{conn_.stream(), conn_.watch(), rt_->cfg->http.idle_timeout, bufs}, deferred_tuple);
   }
 
   // session_upstream.ipp: the upstream exchange.
@@ -295,11 +251,9 @@ class session {
   }
 
   worker_context& ctx_;
-  Stream socket_;
-  beast::flat_buffer buffer_;
+  connection<Stream> conn_;  // the stream, its read buffer, its deadline entry, its place
   net::address peer_;
   std::string peer_str_;
-  deadline::board::watch watch_;
   std::shared_ptr<const compiled_config> rt_;
   head_scanner scanner_;
   lazy_optional<request_parser> parser_;
@@ -325,7 +279,6 @@ class session {
   std::int64_t delayed_ms_ = 0;  // how long this request waited for its turn (on_exceed: delay)
   clock::time_point started_;
   std::size_t requests_ = 0;
-  bool parked_ = false;
   std::string client_cert_;
 };
 

@@ -21,18 +21,16 @@
 namespace fg::http::detail {
 
 template <class Stream>
-session<Stream>::session(worker_context& ctx, Stream stream, const net::address& peer, bool resumed)
-    : ctx_(ctx), socket_(std::move(stream)), buffer_(64 * 1024), peer_(peer), peer_str_(peer.to_string()),
-      requests_(resumed ? 1 : 0) {
-  watch_ = ctx_.deadlines.open(socket_of(socket_));
-}
+session<Stream>::session(worker_context& ctx, Stream stream, connection_slot slot, const net::address& peer,
+                         bool resumed)
+    : ctx_(ctx), conn_(ctx, std::move(stream), std::move(slot)), peer_(peer), peer_str_(peer.to_string()),
+      requests_(resumed ? 1 : 0) {}
 
 template <class Stream>
 session<Stream>::~session() {
   // Whatever ended the request, its concurrency leases go back.
   limit::lease_guard::release(limits_);
   give_back_body_buf();
-  if (!parked_ && ctx_.connections) ctx_.connections->open.fetch_sub(1, std::memory_order_relaxed);
 }
 
 template <class Stream>
@@ -41,18 +39,18 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::read_head(bo
   const auto max = http.max_header_bytes;
   // Room for a whole head of http.max_header_bytes and one byte more (what tells 431),
   // whatever a reload made of it.
-  buffer_.max_size(std::max({std::size_t{64 * 1024}, max + 1, buffer_.size()}));
+  auto& buffer = conn_.buffer();
+  auto& watch = conn_.watch();
+  buffer.max_size(std::max({connection<Stream>::buffer_max, max + 1, buffer.size()}));
   scanner_.reset();
   auto deadline = first ? deadline::after(http.header_timeout) : clock::time_point::max();
   for (;;) {
     // Tolerate empty lines between pipelined requests (RFC 9112 §2.2).
-    while (buffer_.size() >= 2 && static_cast<const char*>(buffer_.data().data())[0] == '\r' &&
-           static_cast<const char*>(buffer_.data().data())[1] == '\n')
-      buffer_.consume(2);
-    if (buffer_.size() > 0) {
-      watch_->idle = false;
+    while (bytes_of(buffer).starts_with("\r\n")) buffer.consume(2);
+    if (buffer.size() > 0) {
+      watch.set_busy();
       if (deadline == clock::time_point::max()) deadline = deadline::after(http.header_timeout);
-      auto data = bytes_of(buffer_).substr(0, max + 1);
+      auto data = bytes_of(buffer).substr(0, max + 1);
       auto st = scanner_.scan(data);
       if (st == head_scanner::state::complete) {
         if (scanner_.head_size() > max) co_return co_await send_local(431, false);
@@ -62,23 +60,23 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::read_head(bo
         spdlog::debug("{}: rejected request: {}", peer_str_, scanner_.error());
         co_return co_await send_local(400, false);
       }
-      if (buffer_.size() > max) co_return co_await send_local(431, false);
+      if (buffer.size() > max) co_return co_await send_local(431, false);
     } else {
-      watch_->idle = true;
+      watch.set_idle();
       if (ctx_.draining) {
-        watch_->lean_at = clock::time_point::max();
+        watch.stay_awake();
         co_return outcome::close;
       }
     }
-    watch_->arm_at(deadline == clock::time_point::max() ? deadline::after(http.idle_timeout) : deadline);
+    watch.arm_at(deadline == clock::time_point::max() ? deadline::after(http.idle_timeout) : deadline);
     if constexpr (is_socket<Stream> || is_tls<Stream>) {
-      if (watch_->lean) {
+      if (watch.lean()) {
         // Idle for a while: wait for bytes with no buffer at all.
         release_idle_memory();
-        auto [wec] = co_await socket_of(socket_)->async_wait(tcp::socket::wait_read, deferred_tuple);
-        watch_->lean = false;
-        if (wec && watch_->expired) {
-          watch_->idle = false;  // the sweeper must not take back the answer's write
+        auto [wec] = co_await socket_of(conn_.stream())->async_wait(tcp::socket::wait_read, deferred_tuple);
+        watch.woke();
+        if (wec && watch.expired()) {
+          watch.set_busy();  // the sweeper must not take back the answer's write
           if (!first) co_return outcome::close;
           co_return co_await send_local(408, false);
         }
@@ -86,30 +84,31 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::read_head(bo
       }
     }
     // (not while OpenSSL holds bytes of the client's: the socket would not show them)
-    if (buffer_.size() == 0 && !holds_input(socket_)) watch_->lean_at = deadline::after(deadline::lean_after);
+    if (buffer.size() == 0 && !holds_input(conn_.stream()))
+      watch.lean_at(deadline::after(deadline::lean_after));
     // A head usually fits in 4 KiB: reads grow past that only for larger ones.
-    auto space = std::min<std::size_t>(buffer_.max_size() - buffer_.size(), buffer_.size() ? 16384 : 4096);
+    auto space = std::min<std::size_t>(buffer.max_size() - buffer.size(), buffer.size() ? 16384 : 4096);
     // (a read of no bytes completes at once: a full buffer would spin, never time out)
     if (space == 0) co_return co_await send_local(431, false);
-    auto [ec, n] = co_await socket_.async_read_some(buffer_.prepare(space), read_token<Stream>());
+    auto [ec, n] = co_await conn_.stream().async_read_some(buffer.prepare(space), read_token<Stream>());
     // The sweeper took back an idle read to wait without its buffer: between requests the
     // connection is parked (no session at all), a new one waits here with nothing held.
-    if (ec == asio::error::operation_aborted && watch_->lean && !watch_->expired && !ctx_.draining) {
-      if (!first && buffer_.size() == 0 && !holds_input(socket_)) co_return outcome::park;
+    if (ec == asio::error::operation_aborted && watch.lean() && !watch.expired() && !ctx_.draining) {
+      if (!first && buffer.size() == 0 && !holds_input(conn_.stream())) co_return outcome::park;
       continue;
     }
-    watch_->lean = false;
-    watch_->lean_at = clock::time_point::max();
-    if (ec && watch_->expired) {
+    watch.woke();
+    watch.stay_awake();
+    if (ec && watch.expired()) {
       // An idle keep-alive connection just closes; a slow or silent request head gets 408.
-      if (buffer_.size() == 0 && !first) co_return outcome::close;
+      if (buffer.size() == 0 && !first) co_return outcome::close;
       co_return co_await send_local(408, false);
     }
     if (ec) co_return outcome::closed;
-    buffer_.commit(n);
+    buffer.commit(n);
   }
   if (auto refused = parse_head()) co_return co_await send_local(refused, false);
-  watch_->idle = false;
+  watch.set_busy();
   co_return outcome::keep_going;
 }
 
@@ -124,7 +123,7 @@ unsigned session<Stream>::parse_head() {
   error_code ec;
   std::size_t used = 0;
   try {
-    used = parser_->put(asio::buffer(buffer_.data().data(), scanner_.head_size()), ec);
+    used = parser_->put(asio::buffer(conn_.buffer().data().data(), scanner_.head_size()), ec);
   } catch (const std::length_error& e) {
     spdlog::debug("{}: rejected request: {}", peer_str_, e.what());
     parser_.emplace();  // (the one that threw is half-filled)
@@ -134,7 +133,7 @@ unsigned session<Stream>::parse_head() {
     spdlog::debug("{}: rejected request: {}", peer_str_, ec ? ec.message() : "incomplete head");
     return 400;
   }
-  buffer_.consume(used);
+  conn_.buffer().consume(used);
   parser_->eager(true);
   return 0;
 }
@@ -173,7 +172,7 @@ asio::awaitable<bool> session<Stream>::run() {
     if (o == outcome::close) co_await lingering_close();
     if (o != outcome::keep_going) break;
   }
-  close_stream(socket_);
+  close_stream(conn_.stream());
   co_return false;
 }
 
@@ -194,8 +193,8 @@ void session<Stream>::begin_request() {
 
 template <class Stream>
 void session<Stream>::release_idle_memory() {
-  if constexpr (is_tls<Stream>) socket_.release_buffers();
-  buffer_.shrink_to_fit();  // empty: gives the storage back
+  if constexpr (is_tls<Stream>) conn_.stream().release_buffers();
+  conn_.buffer().shrink_to_fit();  // empty: gives the storage back
   parser_.release();
   rp_.release();
   give_back_body_buf();
@@ -214,12 +213,12 @@ void session<Stream>::release_idle_memory() {
 template <class Stream>
 bool session<Stream>::nothing_more_coming() {
   if constexpr (is_socket<Stream> || is_tls<Stream>) {
-    if (buffer_.size() != 0 || holds_input(socket_)) return false;
+    if (conn_.buffer().size() != 0 || holds_input(conn_.stream())) return false;
     if (!parser_ || !parser_->is_header_done() || !parser_->is_done()) return false;
     // (its end already: nothing to drain either)
-    if (net::peek_input(socket_of(socket_)->native_handle()) != net::pending_input::bytes) return true;
+    if (net::peek_input(socket_of(conn_.stream())->native_handle()) != net::pending_input::bytes) return true;
     // (a TLS client that read its answer closes with close_notify, often before this look)
-    if constexpr (is_tls<Stream>) return socket_.read_close_notify();
+    if constexpr (is_tls<Stream>) return conn_.stream().read_close_notify();
     return false;
   } else {
     return false;
@@ -229,20 +228,20 @@ bool session<Stream>::nothing_more_coming() {
 template <class Stream>
 asio::awaitable<void> session<Stream>::lingering_close() {
   if (nothing_more_coming()) {
-    if constexpr (is_tls<Stream>) socket_.send_close_notify();
+    if constexpr (is_tls<Stream>) conn_.stream().send_close_notify();
     co_return;  // (run() closes the socket: our response is sent before the FIN)
   }
   // Half-close, then drain what the client is still sending so that our response is
   // not destroyed by a reset; bounded in time and bytes.
   error_code ec;
-  half_close(socket_, ec);
+  half_close(conn_.stream(), ec);
   if (ec) co_return;
   auto until = clock::now() + std::chrono::seconds(2);
   std::size_t total = 0;
   char sink[4096];
   while (total < 4 * 1024 * 1024) {
-    watch_->arm_at(until);
-    auto [rec, n] = co_await socket_.async_read_some(asio::buffer(sink), read_token<Stream>());
+    conn_.watch().arm_at(until);
+    auto [rec, n] = co_await conn_.stream().async_read_some(asio::buffer(sink), read_token<Stream>());
     if (rec) break;
     total += n;
   }
@@ -264,7 +263,7 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::send_local(u
   if (!content_type.empty()) r.content_type = content_type;
   auto text = render(r);
   if (parser_ && parser_->is_header_done()) log_request(status);
-  else if (requests_ == 0 || buffer_.size()) {
+  else if (requests_ == 0 || conn_.buffer().size()) {
     // Rejected before a request head was parsed: still counted, and one access-log line.
     if (ctx_.metrics) ctx_.metrics->request(obs::metrics_layout::none, status);
     started_ = clock::now();
@@ -274,7 +273,7 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::send_local(u
   }
   std::array<asio::const_buffer, 1> bufs{asio::buffer(text)};
   auto [ec, n] = co_await write_down(bufs);
-  if (timed(*watch_, ec)) co_return outcome::closed;
+  if (timed(conn_.watch(), ec)) co_return outcome::closed;
   co_return keep_alive ? outcome::keep_going : outcome::close;
 }
 
@@ -467,18 +466,18 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward_in_t
 template <class Stream>
 asio::awaitable<bool> session<Stream>::wait_turn(std::chrono::milliseconds wait) {
   using namespace asio::experimental::awaitable_operators;
-  asio::steady_timer timer(socket_.get_executor());
+  asio::steady_timer timer(conn_.stream().get_executor());
   timer.expires_after(wait);
-  watch_->arm(wait + std::chrono::seconds(1));
-  auto* sock = socket_of(socket_);
-  if (sock && is_socket<Stream> && buffer_.size() == 0) {
+  conn_.watch().arm(wait + std::chrono::seconds(1));
+  auto* sock = socket_of(conn_.stream());
+  if (sock && is_socket<Stream> && conn_.buffer().size() == 0) {
     auto r = co_await (timer.async_wait(util::use_tuple) || sock->async_wait(tcp::socket::wait_read, util::use_tuple));
-    if (r.index() == 0) co_return watch_->expired;
+    if (r.index() == 0) co_return conn_.watch().expired();
     if (net::peek_input(sock->native_handle()) == net::pending_input::end) co_return true;
   }
   // (bytes of the next request, pipelined, or a TLS stream: the turn is waited out)
   co_await timer.async_wait(util::use_tuple);
-  co_return watch_->expired;
+  co_return conn_.watch().expired();
 }
 
 }  // namespace fg::http::detail

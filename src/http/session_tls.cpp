@@ -1,18 +1,13 @@
 #include <boost/asio/co_spawn.hpp>
 #include <spdlog/spdlog.h>
 
-#include <optional>
-
-#include "http/parked.hpp"
+#include "http/serve.hpp"
 #include "http/session.hpp"
-#include "http/session_read.ipp"
-#include "http/session_upstream.ipp"
-#include "obs/logging.hpp"
 #include "tls/stream.hpp"
 
 // The session over TLS (the TLS listener's connections), in a file of its own: the
-// session's code compiled for a second stream type, beside session.cpp's; the
-// handshake before it, and parking between requests as for plain connections.
+// session's code compiled for a second stream type, beside session.cpp's (two files
+// build at once); the handshake before it. The connection loop is serve.hpp's.
 namespace fg::http::detail {
 template class session<tls::stream>;
 }  // namespace fg::http::detail
@@ -33,8 +28,6 @@ void note(std::uint64_t& count, std::int64_t& last_ms, const char* what, unsigne
   spdlog::warn("worker {}: {} TLS connection(s) {} so far", worker, count, what);
 }
 
-void spawn(worker_context& ctx, tls::stream stream, const net::address& peer, bool resumed);
-
 // A handshake flood must not take the worker from the connections it serves, nor keep
 // new clients out: at tls.max_handshakes in progress, the oldest is ended (its socket's
 // wait cancelled, its entry expired) for the newest. Silent connections then hold a
@@ -45,45 +38,13 @@ void make_room(worker_context& ctx) {
   auto* oldest = ctx.handshakes.front();
   ctx.handshakes.pop_front();
   oldest->listed = false;
-  auto& e = *oldest->watch;
-  e.arm_at(deadline::coarse_now);  // (the sweeper closes it, should it wait again)
-  e.expired = true;
-  error_code ec;
-  e.socket->cancel(ec);
+  oldest->watch->expire_now();
   static thread_local std::int64_t last = 0;
   note(ctx.handshakes_refused, last, "ended for newer ones (tls.max_handshakes handshakes in progress)", ctx.id);
 }
 
-// The sessions of one connection, past its handshake: parked while idle between them.
-boost::asio::awaitable<void> serve(worker_context& ctx, tls::stream stream, net::address peer, bool resumed) {
-  std::optional<tls::stream> idle;
-  std::chrono::steady_clock::time_point deadline;
-  {
-    auto subject = tls_server::client_subject(stream.native_handle());
-    detail::session<tls::stream> s(ctx, std::move(stream), peer, resumed);
-    s.set_client_cert(std::move(subject));
-    // (GCC 12: no co_await inside a condition.)
-    const bool to_park = co_await s.run();
-    if (to_park) {
-      deadline = s.idle_deadline();
-      idle.emplace(s.release_socket());
-    }
-  }
-  if (idle)
-    detail::park(ctx, std::move(*idle), deadline, [](worker_context& c, tls::stream s) {
-      const auto peer = detail::peer_of(s.next_layer());  // (see session.cpp)
-      spawn(c, std::move(s), peer, true);
-    });
-}
-
-void spawn(worker_context& ctx, tls::stream stream, const net::address& peer, bool resumed) {
-  auto executor = stream.get_executor();
-  boost::asio::co_spawn(executor, serve(ctx, std::move(stream), peer, resumed),
-                        obs::logged_end{"TLS session ended by exception"});
-}
-
 boost::asio::awaitable<void> handshake(worker_context& ctx, tcp::socket socket, net::address peer,
-                                       std::shared_ptr<const tls_server> tls) {
+                                       std::shared_ptr<const tls_server> tls, connection_slot slot) {
   detail::set_client_options(socket);
   error_code ec;
   tls::stream stream(std::move(socket), tls->context());
@@ -96,35 +57,35 @@ boost::asio::awaitable<void> handshake(worker_context& ctx, tcp::socket socket, 
     worker_context::handshake me{&*watch};
     const auto place = ctx.handshakes.insert(ctx.handshakes.end(), &me);
     auto [hec, n] = co_await stream.async_handshake(util::use_tuple);
-    shaken = !hec && !watch->expired;
+    shaken = !hec && !watch->expired();
     if (me.listed) ctx.handshakes.erase(place);
     if (!shaken) {
       static thread_local std::int64_t last = 0;
       if (spdlog::should_log(spdlog::level::debug))
-        spdlog::debug("{}: TLS handshake failed: {}", peer.to_string(), watch->expired ? "timed out" : hec.message());
+        spdlog::debug("{}: TLS handshake failed: {}", peer.to_string(), watch->expired() ? "timed out" : hec.message());
       note(ctx.handshakes_failed, last, "failed their handshake (or timed out)", ctx.id);
     }
   }
   if (!shaken) {
     stream.next_layer().close(ec);
-    if (ctx.connections) ctx.connections->open.fetch_sub(1, std::memory_order_relaxed);
-    co_return;
+    co_return;  // (and the slot's place is given back)
   }
-  spawn(ctx, std::move(stream), peer, false);
+  detail::spawn(ctx, std::move(stream), std::move(slot), peer, false);
 }
 
 }  // namespace
 
-void start_tls_session(worker_context& ctx, tcp::socket socket, const boost::asio::ip::address& peer) {
+void start_tls_session(worker_context& ctx, tcp::socket socket, const boost::asio::ip::address& peer,
+                       connection_slot slot) {
   auto tls = ctx.rt->tls.listener;
   if (!tls) {
     error_code ec;
     socket.close(ec);
-    if (ctx.connections) ctx.connections->open.fetch_sub(1, std::memory_order_relaxed);
-    return;
+    return;  // (and the slot's place is given back)
   }
   auto executor = socket.get_executor();
-  boost::asio::co_spawn(executor, handshake(ctx, std::move(socket), net::normalize(peer), std::move(tls)),
+  boost::asio::co_spawn(executor,
+                        handshake(ctx, std::move(socket), net::normalize(peer), std::move(tls), std::move(slot)),
                         obs::logged_end{"TLS session ended by exception"});
 }
 

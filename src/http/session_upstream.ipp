@@ -100,7 +100,7 @@ inline error_code client_error(error_code ec) {
 template <class Stream>
 auto session<Stream>::write_up(upstream::connection& up, std::span<const asio::const_buffer> bufs,
                        std::chrono::milliseconds timeout) {
-  watch_->arm(timeout);
+  conn_.watch().arm(timeout);
   return asio::async_initiate<decltype(deferred_tuple), void(error_code, std::size_t)>(
       [&up, bufs](auto handler) {
         // Resumed with a batch from Redis: the batch's writes go out together (in plain TCP).
@@ -147,17 +147,17 @@ asio::awaitable<typename session<Stream>::first_piece> session<Stream>::read_fir
     static constexpr std::string_view cont = "HTTP/1.1 100 Continue\r\n\r\n";
     std::array<asio::const_buffer, 1> bufs{asio::buffer(cont)};
     auto [ec, n] = co_await write_down(bufs);
-    if (timed(*watch_, ec)) co_return first_piece{.client_gone = true};
+    if (timed(conn_.watch(), ec)) co_return first_piece{.client_gone = true};
   }
   const bool chunked = ad_.framing.type == body_framing::kind::chunked;
-  if (chunked && !start_vetting(vetter_, buffer_)) {
+  if (chunked && !start_vetting(vetter_, conn_.buffer())) {
     spdlog::debug("{}: rejected request: {}", peer_str_, vetter_.error());
     co_return first_piece{.refuse = 400};
   }
   req.body().data = body_buf();
   req.body().size = body_chunk;
   first_piece out;
-  auto ec = co_await read_into(*watch_, socket_, buffer_, *parser_, rt_->cfg->http.idle_timeout, out.bytes, false,
+  auto ec = co_await read_into(conn_.watch(), conn_.stream(), conn_.buffer(), *parser_, rt_->cfg->http.idle_timeout, out.bytes, false,
                                chunked ? &vetter_ : nullptr);
   if (ec) out.refuse = ec == beast::error::timeout ? 408 : 400;
   // Over the limit already: refused with upstream having received nothing.
@@ -178,7 +178,7 @@ struct forget_upstream {
   deadline::entry& e;
   upstream::choice& c;
   ~forget_upstream() {
-    e.upstream = nullptr;
+    e.forget_upstream();
     c.end();
   }
 };
@@ -190,7 +190,7 @@ template <class Stream>
 typename session<Stream>::next_try session<Stream>::after_failure(const config::upstream_config& up_cfg, stage at,
                                                                   error_code ec, exchange_state& st,
                                                                   upstream::connection_ptr& up) {
-  watch_->upstream = nullptr;
+  conn_.watch().forget_upstream();
   up.reset();
   const auto action = on_failure(at, ec, st);
   if (action.retry) {
@@ -254,7 +254,7 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
   const auto t0 = ctx_.metrics || (ctx_.access && ctx_.access->enabled()) ? clock::now() : clock::time_point{};
   upstream::connection_ptr up;
   // Declared after `up`, so destroyed before it: the sweeper never sees a freed socket.
-  forget_upstream forget{*watch_, choice_};
+  forget_upstream forget{conn_.watch(), choice_};
   const auto& servers = rt_->servers->of(route.upstream_index);
   choice_.begin(*ctx_.pool, up_cfg, servers, balance_key(up_cfg), deadline::coarse_now);
   exchange_state st{.retry_safe = is_idempotent(req.method()) && !ad_.has_body()};
@@ -264,15 +264,15 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
     st.reused = st.try_expired = false;
     const auto try_end = up_cfg.try_timeout.count() > 0 ? deadline::coarse_now + up_cfg.try_timeout : clock::time_point::max();
     // (GCC 12: no co_await inside a conditional expression.)
-    if (idle_ok) up = ctx_.pool->take_idle(up_cfg, *watch_, choice_.server());
-    if (!up) up = co_await ctx_.pool->connect(up_cfg, *watch_, ec, choice_.server(), servers.tls.get());
+    if (idle_ok) up = ctx_.pool->take_idle(up_cfg, conn_.watch(), choice_.server());
+    if (!up) up = co_await ctx_.pool->connect(up_cfg, conn_.watch(), ec, choice_.server(), servers.tls.get());
     if (up) {
       at = stage::send;  // (head and first body piece in one write)
       st.reused = up->reused;
       const bool chunked = ad_.framing.type == body_framing::kind::chunked;
       auto bufs = writes_.assign(head_out_, body_buf_.get(), piece, chunked, chunked && parser_->is_done());
       auto [wec, n] = co_await write_up(*up, bufs, try_left(up_cfg, try_end));
-      ec = timed(*watch_, wec);
+      ec = timed(conn_.watch(), wec);
     }
     if (!ec && ad_.has_body()) {
       bytes_in_ += piece;
@@ -289,7 +289,7 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
       prepare_response_parser();
       std::size_t unused = 0;
       const auto left = try_left(up_cfg, try_end);
-      ec = co_await read_into(*watch_, *up, up->buffer, *rp_, left, unused, true);
+      ec = co_await read_into(conn_.watch(), *up, up->buffer, *rp_, left, unused, true);
       st.try_expired = ec == beast::error::timeout && left < up_cfg.response_timeout;
     }
     if (ec && early_answer_) ec = send_ec, at = stage::send;  // no answer came: the write's failure is the try's
@@ -309,7 +309,7 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
   }
   bool reusable = false;
   auto o = co_await relay_response(*up, up_cfg, reusable);
-  watch_->upstream = nullptr;
+  conn_.watch().forget_upstream();
   // An upgrade the upstream declined may leave it expecting another protocol: not reused.
   if (reusable && !upgrade && !early_answer_) ctx_.pool->release(up_cfg.name, std::move(up));
   co_return o;
@@ -347,7 +347,7 @@ asio::awaitable<error_code> session<Stream>::send_rest_of_body(upstream::connect
     req.body().data = body_buf();
     req.body().size = body_chunk;
     std::size_t piece = 0;
-    auto ec = co_await read_into(*watch_, socket_, buffer_, *parser_, http.idle_timeout, piece, false, vet);
+    auto ec = co_await read_into(conn_.watch(), conn_.stream(), conn_.buffer(), *parser_, http.idle_timeout, piece, false, vet);
     // Upstream sees an incomplete message and a closed connection, never a second one.
     if (ec) co_return client_error(ec);
     if (!piece && !parser_->is_done()) continue;
@@ -356,13 +356,13 @@ asio::awaitable<error_code> session<Stream>::send_rest_of_body(upstream::connect
     last_sent = (!chunked || parser_->is_done()) && !too_large();
     auto bufs = writes_.assign({}, body_buf_.get(), piece, chunked, last_sent);
     auto [wec, n] = co_await write_up(up, bufs, cfg.response_timeout);
-    if (auto tec = timed(*watch_, wec)) co_return tec;
+    if (auto tec = timed(conn_.watch(), wec)) co_return tec;
   }
   if (too_large()) co_return too_large_error();
   if (!last_sent) {
     auto bufs = writes_.assign({}, nullptr, 0, true, true);
     auto [wec, n] = co_await write_up(up, bufs, cfg.response_timeout);
-    co_return timed(*watch_, wec);
+    co_return timed(conn_.watch(), wec);
   }
   co_return error_code{};
 }
@@ -419,7 +419,7 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::relay_respon
       res.body().data = buf;
       res.body().size = window;
       if (auto r = feed(up.buffer, *rp_, window, piece, false)) ec = *r;
-      else ec = co_await read_into(*watch_, up, up.buffer, *rp_, cfg.response_timeout, piece, false, vet);
+      else ec = co_await read_into(conn_.watch(), up, up.buffer, *rp_, cfg.response_timeout, piece, false, vet);
       complete = !ec && rp_->is_done();
     }
     if (ec) {
@@ -437,7 +437,7 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::relay_respon
                     : writes_.assign(head, buf, piece, down_chunked, complete && down_chunked);
     if (bufs.empty()) continue;
     auto [dec, dn] = co_await write_down(bufs);
-    if (timed(*watch_, dec)) co_return outcome::closed;
+    if (timed(conn_.watch(), dec)) co_return outcome::closed;
     st.response_begun = true;
     bytes_out_ += piece;
   } while (!complete);
@@ -460,12 +460,12 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::run_upgrade(
   build_downstream_response(rp_->get(), plan.rc, head_out_);
   std::array<asio::const_buffer, 1> bufs{asio::buffer(head_out_)};
   auto [dec, dn] = co_await write_down(bufs);
-  if (timed(*watch_, dec)) co_return outcome::closed;
+  if (timed(conn_.watch(), dec)) co_return outcome::closed;
   std::function<void()> renew;
   const auto every = std::chrono::milliseconds(limit::renewal_interval_ms(limits_));
   if (every.count() > 0) renew = [this] { limits_.holder->renew(limits_); };
   if constexpr (is_socket<Stream> || is_tls<Stream>) {
-    auto stats = co_await run_tunnel(*watch_, socket_, buffer_, up, up.buffer, rt_->cfg->http.idle_timeout,
+    auto stats = co_await run_tunnel(conn_.watch(), conn_.stream(), conn_.buffer(), up, up.buffer, rt_->cfg->http.idle_timeout,
                                      std::move(renew), every);
     bytes_in_ += stats.down_to_up;
     bytes_out_ += stats.up_to_down;

@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <list>
 #include <memory>
+#include <optional>
+#include <utility>
 
 #include "deadline/board.hpp"
 #include "http/compiled_config.hpp"
@@ -20,6 +22,40 @@ struct connection_limit {
   std::size_t max = 0;
   std::atomic<std::size_t> open{0};
   obs::periodic_count refused;  // reported in a log line every 5 s at most
+};
+
+// One place of a connection_limit, held by a downstream connection for its whole life
+// (through its sessions and while it is parked) and given back when the connection
+// ends, however it ends: the one count down, as take() is the one count up.
+class connection_slot {
+ public:
+  // A place under `limit` (none: a connection counted nowhere), nullopt when it is full.
+  static std::optional<connection_slot> take(connection_limit* limit) {
+    if (!limit) return connection_slot{};
+    if (limit->open.fetch_add(1, std::memory_order_relaxed) < limit->max) return connection_slot{limit};
+    limit->open.fetch_sub(1, std::memory_order_relaxed);
+    return std::nullopt;
+  }
+  connection_slot() = default;
+  connection_slot(connection_slot&& o) noexcept : limit_(std::exchange(o.limit_, nullptr)) {}
+  connection_slot& operator=(connection_slot&& o) noexcept {
+    if (this != &o) {
+      give_back();
+      limit_ = std::exchange(o.limit_, nullptr);
+    }
+    return *this;
+  }
+  connection_slot(const connection_slot&) = delete;
+  connection_slot& operator=(const connection_slot&) = delete;
+  ~connection_slot() { give_back(); }
+
+ private:
+  explicit connection_slot(connection_limit* l) : limit_(l) {}
+  void give_back() {
+    if (limit_) limit_->open.fetch_sub(1, std::memory_order_relaxed);
+    limit_ = nullptr;
+  }
+  connection_limit* limit_ = nullptr;
 };
 
 // The limits' decision source of one configuration generation, and how many requests

@@ -112,7 +112,7 @@ connection_ptr pool::take_idle(const config::upstream_config& upstream, deadline
     idle_total_.store(idle_total_.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
     if (still_usable(*c, now, upstream.idle_timeout)) {
       c->reused = true;
-      watch.upstream = &c->socket;
+      watch.watch_upstream(&c->socket);
       return c;
     }
   }
@@ -148,11 +148,11 @@ asio::awaitable<connection_ptr> pool::connect(const config::upstream_config& wan
   auto c = std::make_unique<connection>(ex_);
   c->address_id = s ? s->address_id : 0;  // 0: never taken back into the pool
   c->server = server;
-  watch.upstream = &c->socket;
+  watch.watch_upstream(&c->socket);
   auto [cec] = co_await c->socket.async_connect(ep, use_tuple);
   if (cec) {
-    watch.upstream = nullptr;
-    ec = watch.expired ? boost::system::error_code(asio::error::timed_out) : cec;
+    watch.forget_upstream();
+    ec = watch.expired() ? boost::system::error_code(asio::error::timed_out) : cec;
     co_return nullptr;
   }
   c->socket.set_option(tcp::no_delay(true), cec);
@@ -160,8 +160,8 @@ asio::awaitable<connection_ptr> pool::connect(const config::upstream_config& wan
   if (tls) {
     auto hec = co_await start_tls(*c, *tls, host, resume.get());
     if (hec) {
-      watch.upstream = nullptr;
-      ec = watch.expired ? boost::system::error_code(asio::error::timed_out) : hec;
+      watch.forget_upstream();
+      ec = watch.expired() ? boost::system::error_code(asio::error::timed_out) : hec;
       co_return nullptr;
     }
   }

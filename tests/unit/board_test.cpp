@@ -72,35 +72,35 @@ TEST_CASE("board: a sweep expires what is due and cancels both sockets' waits, a
   rig r;
   reading due(r.ioc, r.acceptor), up(r.ioc, r.acceptor), later(r.ioc, r.acceptor);
   auto w_due = r.board.open(&due.socket);
-  w_due->upstream = &up.socket;
-  w_due->idle = false;
+  w_due->watch_upstream(&up.socket);
+  w_due->set_busy();
   w_due->arm_at(r.t0 + 1s);
   auto w_later = r.board.open(&later.socket);
-  w_later->idle = false;
+  w_later->set_busy();
   w_later->arm_at(r.t0 + 3s);
   auto w_null = r.board.open(nullptr);  // an entry with no socket is swept too
   w_null->arm_at(r.t0 + 1s);
 
   r.board.sweep(r.t0 + 999ms);
   r.settle();
-  CHECK_FALSE(w_due->expired);
+  CHECK_FALSE(w_due->expired());
   CHECK_FALSE(due.done);
 
   r.board.sweep(r.t0 + 1s);
   r.settle();
-  CHECK(w_due->expired);
-  CHECK(w_due->deadline == clock_type::time_point::max());
+  CHECK(w_due->expired());
+  CHECK(w_due->deadline() == clock_type::time_point::max());
   CHECK(due.done);
   CHECK(due.ec == asio::error::operation_aborted);
   CHECK(up.done);
   CHECK(up.ec == asio::error::operation_aborted);
-  CHECK(w_null->expired);
-  CHECK_FALSE(w_later->expired);
+  CHECK(w_null->expired());
+  CHECK_FALSE(w_later->expired());
   CHECK_FALSE(later.done);
   CHECK(fg::deadline::coarse_now == r.t0 + 1s);
   // Expired once: a later sweep does not cancel it again until it is armed again.
   w_due->arm(1s);
-  CHECK_FALSE(w_due->expired);
+  CHECK_FALSE(w_due->expired());
 }
 
 TEST_CASE("board: an idle read past lean_at is taken back, not expired", "[board]") {
@@ -108,25 +108,25 @@ TEST_CASE("board: an idle read past lean_at is taken back, not expired", "[board
   reading idle(r.ioc, r.acceptor), busy(r.ioc, r.acceptor);
   auto w_idle = r.board.open(&idle.socket);
   w_idle->arm_at(r.t0 + 60s);
-  w_idle->lean_at = r.t0 + 100ms;
+  w_idle->lean_at(r.t0 + 100ms);
   auto w_busy = r.board.open(&busy.socket);
-  w_busy->idle = false;
+  w_busy->set_busy();
   w_busy->arm_at(r.t0 + 60s);
-  w_busy->lean_at = r.t0 + 100ms;  // not idle: never lean
+  w_busy->lean_at(r.t0 + 100ms);  // not idle: never lean
 
   r.board.sweep(r.t0 + 99ms);
   r.settle();
-  CHECK_FALSE(w_idle->lean);
+  CHECK_FALSE(w_idle->lean());
   CHECK_FALSE(idle.done);
 
   r.board.sweep(r.t0 + 100ms);
   r.settle();
-  CHECK(w_idle->lean);
-  CHECK(w_idle->lean_at == clock_type::time_point::max());
-  CHECK_FALSE(w_idle->expired);
+  CHECK(w_idle->lean());
+  CHECK(w_idle->lean_at() == clock_type::time_point::max());
+  CHECK_FALSE(w_idle->expired());
   CHECK(idle.done);
   CHECK(idle.ec == asio::error::operation_aborted);
-  CHECK_FALSE(w_busy->lean);
+  CHECK_FALSE(w_busy->lean());
   CHECK_FALSE(busy.done);
 }
 
@@ -135,12 +135,12 @@ TEST_CASE("board: cancel_idle reaches idle entries only", "[board]") {
   reading idle(r.ioc, r.acceptor), busy(r.ioc, r.acceptor);
   auto w_idle = r.board.open(&idle.socket);
   auto w_busy = r.board.open(&busy.socket);
-  w_busy->idle = false;
+  w_busy->set_busy();
   r.board.cancel_idle();
   r.settle();
   CHECK(idle.done);
   CHECK_FALSE(busy.done);
-  CHECK_FALSE(w_idle->expired);  // a drain's cancel is no timeout
+  CHECK_FALSE(w_idle->expired());  // a drain's cancel is no timeout
 }
 
 TEST_CASE("board: a deadline set with after() never fires early", "[board]") {
@@ -154,10 +154,32 @@ TEST_CASE("board: a deadline set with after() never fires early", "[board]") {
   for (; t < t0 + 200ms; t += fg::deadline::sweep_interval) {
     b.sweep(t);
     INFO("at " << std::chrono::duration_cast<std::chrono::milliseconds>(t - t0).count() << " ms");
-    CHECK_FALSE(w->expired);
+    CHECK_FALSE(w->expired());
   }
   // ... and fires within two intervals after it.
-  for (; !w->expired && t <= t0 + 200ms + 2 * fg::deadline::sweep_interval; t += fg::deadline::sweep_interval)
+  for (; !w->expired() && t <= t0 + 200ms + 2 * fg::deadline::sweep_interval; t += fg::deadline::sweep_interval)
     b.sweep(t);
-  CHECK(w->expired);
+  CHECK(w->expired());
+}
+
+TEST_CASE("board: expire_now ends the wait at once, and a wait begun again before the next sweep", "[board]") {
+  rig r;
+  reading first(r.ioc, r.acceptor);
+  r.board.sweep(r.t0);
+  auto w = r.board.open(&first.socket);
+  w->set_busy();
+  w->arm(60s);
+  w->expire_now();
+  r.settle();
+  CHECK(w->expired());
+  CHECK(first.done);
+  CHECK(first.ec == asio::error::operation_aborted);
+  // Its owner waits again without arming (a handshake's next step): the sweep ends it.
+  bool again_done = false;
+  first.socket.async_read_some(asio::buffer(first.buf), [&](boost::system::error_code, std::size_t) {
+    again_done = true;
+  });
+  r.board.sweep(r.t0 + fg::deadline::sweep_interval);
+  r.settle();
+  CHECK(again_done);
 }

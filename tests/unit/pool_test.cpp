@@ -104,7 +104,7 @@ TEST_CASE("pool: a connection released is taken again, reused, up to max_idle", 
   REQUIRE(c1);
   CHECK_FALSE(ec);
   CHECK_FALSE(c1->reused);
-  CHECK(r.watch->upstream == &c1->socket);  // the request's deadline covers it
+  CHECK(r.watch->watches_upstream(&c1->socket));  // the request's deadline covers it
   auto c2 = r.connect(r.a, ec), c3 = r.connect(r.a, ec);
   REQUIRE((c2 && c3));
   r.pool.release("api", std::move(c1));
@@ -191,7 +191,7 @@ TEST_CASE("pool: a refused connect is an error and no connection", "[pool]") {
   auto c = r.connect_to(r.api(), r.a, ec);
   CHECK(c == nullptr);
   CHECK(ec == asio::error::connection_refused);
-  CHECK(r.watch->upstream == nullptr);
+  CHECK(r.watch->watches_upstream(nullptr));
 }
 
 TEST_CASE("pool: a reload keeps the idle connections of an upstream it keeps, drops those of one it moves",

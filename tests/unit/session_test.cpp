@@ -94,6 +94,7 @@ struct rig {
     ctx.pool = &pool;
     ctx.limits = &limits;
     ctx.connections = &conns;
+    conns.max = 1000;
     asio::co_spawn(ioc, accept_upstream(), rethrow);
   }
 
@@ -148,8 +149,15 @@ struct rig {
   }
 };
 
+// The connection's place, taken as the acceptor takes it.
+fg::http::connection_slot place(fg::http::connection_limit& conns) {
+  auto slot = fg::http::connection_slot::take(&conns);
+  REQUIRE(slot);
+  return std::move(*slot);
+}
+
 asio::awaitable<void> run_session(fg::http::worker_context& ctx, test_stream s, bool* ended) {
-  fg::http::detail::session<test_stream> session(ctx, std::move(s),
+  fg::http::detail::session<test_stream> session(ctx, std::move(s), place(*ctx.connections),
                                                  fg::net::normalize(asio::ip::make_address("192.0.2.7")), false);
   co_await session.run();
   *ended = true;
@@ -167,7 +175,6 @@ struct test_client {
     test_stream server = fc ? test_stream(r.ioc, *fc) : test_stream(r.ioc);
     if (read_size) server.read_size(read_size);
     client.connect(server);
-    r.conns.open.fetch_add(1);  // as the acceptor counts it
     asio::co_spawn(r.ioc, run_session(r.ctx, std::move(server), &ended), rethrow);
   }
   void send(std::string_view bytes) { asio::write(client, asio::buffer(bytes.data(), bytes.size())); }
@@ -374,10 +381,9 @@ struct tcp_client {
 
   explicit tcp_client(rig& rg) : r(rg), socket(rg.ioc) {
     socket.connect(r.front.local_endpoint());
-    r.conns.open.fetch_add(1);
     auto accepted = r.front.accept();
     const auto peer = accepted.remote_endpoint().address();
-    fg::http::start_session(r.ctx, std::move(accepted), peer);
+    fg::http::start_session(r.ctx, std::move(accepted), peer, place(r.conns));
     read();
   }
   void read() {
@@ -432,18 +438,17 @@ TEST_CASE("park: bytes that came before the wait wake the connection, their edge
   tcp::socket client(r.ioc);
   client.connect(r.front.local_endpoint());
   auto server = r.front.accept();
-  r.conns.open.fetch_add(1);
   asio::write(client, asio::buffer(get_a));
   // The event loop takes the bytes' readiness while nothing waits on the socket (as
   // after a read the sweeper took back). Edge-triggered, it would not be reported again;
   // Asio's async_wait re-arms the descriptor (EPOLL_CTL_MOD), which reports it anew.
   r.ioc.poll();
   bool woken = false;
-  fg::http::detail::park(r.ctx, std::move(server), r.now + 60s, [&](fg::http::worker_context&, tcp::socket s) {
-    woken = true;
-    s.close();
-    r.conns.open.fetch_sub(1);
-  });
+  fg::http::detail::park(r.ctx, std::move(server), place(r.conns), r.now + 60s,
+                         [&](fg::http::worker_context&, tcp::socket s, fg::http::connection_slot) {
+                           woken = true;
+                           s.close();
+                         });
   r.run_until([&] { return woken; }, "the parked connection to wake");
   CHECK(r.ctx.parked == 0);
   r.check_released();
