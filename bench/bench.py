@@ -25,6 +25,22 @@ FLOODGATE = os.environ.get("FLOODGATE_BIN", str(ROOT / "build" / "src" / "floodg
 SECONDS, ROUNDS = 3, 6  # per run, and rounds; main() takes them from the command line
 CONNECTIONS = [64, 256]
 CLIENT_CORE, SERVER_CORE = ("0", "1") if os.cpu_count() >= 2 else ("0", "0")
+
+
+def refuse_io_uring():
+    """FG_IO_URING=off: every process the benchmarks start gets bench/no_io_uring.c's
+    shim preloaded, so that floodgate runs as under a container runtime that refuses
+    io_uring (the others never call what it replaces)."""
+    if os.environ.get("FG_IO_URING", "on") != "off":
+        return
+    shim = Path(tempfile.gettempdir()) / "fg-no-io-uring.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(shim), str(ROOT / "bench" / "no_io_uring.c")],
+                   check=True)
+    os.environ["LD_PRELOAD"] = str(shim)
+    print("io_uring refused (FG_IO_URING=off): floodgate's writes go without a ring", file=sys.stderr)
+
+
+refuse_io_uring()
 # The /limited route of bench.py and cluster.py (an item of floodgate.yaml's `routes:`): a
 # per-IP Redis limit on the upstream `origin`, so high that no run reaches it.
 LIMITED_ROUTE = """  - name: limited
