@@ -30,6 +30,7 @@
 #include "http/framing.hpp"
 #include "http/response_parser.hpp"
 #include "http/upstream_failure.hpp"
+#include "limit/checks_cache.hpp"
 #include "limit/decision_source.hpp"
 #include "limit/keys.hpp"
 #include "net/unsent.hpp"
@@ -269,11 +270,7 @@ class session {
   std::string peer_key_;
   std::shared_ptr<const compiled_config> peer_key_rt_;
   limit::limit_call limits_;  // this request's limits and what they said
-  // Set while limits_.checks may serve the client's next request on this route (and
-  // config: held, so that no later config can take its address; see ask_limits).
-  const config::route_config* checks_route_ = nullptr;
-  std::shared_ptr<const compiled_config> checks_rt_;
-  std::string checks_client_;  // the client they were built for
+  limit::checks_cache checks_cache_;  // whether limits_.checks serve the client's next request
   std::uint64_t bytes_in_ = 0, bytes_out_ = 0;
   double upstream_ms_ = -1;
   std::int64_t delayed_ms_ = 0;  // how long this request waited for its turn (on_exceed: delay)

@@ -201,9 +201,7 @@ void session<Stream>::release_idle_memory() {
   std::string().swap(head_out_);
   ad_.release_memory();
   limits_.release_memory();
-  checks_route_ = nullptr;
-  checks_rt_.reset();
-  std::string().swap(checks_client_);
+  checks_cache_.release_memory();
 }
 
 // Whether the client has sent all it is going to (nginx's `lingering_close on`): its
@@ -336,7 +334,7 @@ limit::status session<Stream>::ask_limits(limit::decision_source& source) {
     // (a previous request's checks must not be read for this one: its delay, its config)
     limits_.checks.clear();
     limits_.decisions.clear();
-    checks_route_ = nullptr;
+    checks_cache_.forget();
     return limit::status::ok;
   }
   limits_.route = &route;
@@ -345,14 +343,12 @@ limit::status session<Stream>::ask_limits(limit::decision_source& source) {
   // The previous request's checks serve again when nothing they were built from
   // changed: the config, a route whose checks follow the client alone, the client.
   limits_.client = ad_.client.who.key;
-  if (checks_route_ == &route && checks_rt_ == rt_ && checks_client_ == ad_.client.who.key) {
+  if (checks_cache_.serves(route, rt_.get(), ad_.client.who.key)) {
     limits_.refusal = 0;
   } else {
     limits_.refusal = limit::build_checks(limits_.checks, rt_->cfg->redis.key_prefix, route, key_parts(),
                                           limit::cluster_keys(*rt_->cfg), &rt_->consumers);
-    const bool reusable = !limits_.refusal && limit::checks_follow_client(route);
-    checks_route_ = reusable ? &route : nullptr;
-    if (reusable) checks_rt_ = rt_, checks_client_ = ad_.client.who.key;
+    checks_cache_.keep(!limits_.refusal && limit::checks_follow_client(route), route, rt_, ad_.client.who.key);
   }
   // A refused request (no or an unknown consumer key, a bad cost) still counts against
   // the route's other limits: over one of them it gets the 429, else its refusal.
