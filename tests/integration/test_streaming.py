@@ -84,13 +84,15 @@ def test_download_content_is_intact(gateway):
 
 def test_a_client_that_reads_slowly_but_steadily_gets_the_whole_body(gateway_factory):
     # A client reading about 600 KB/s, far less than the gateway could send, with
-    # idle_timeout at 1 s. Once the kernel's send buffer is full, a write waits for the
-    # client: its deadline is renewed as the client takes the bytes, so it is never cut
-    # (it was, at idle_timeout: a write waited for a third of a send buffer grown to
-    # 4 MiB to drain, and the last ~32 KiB never came). The gateway holds at most 128 KiB
-    # unsent (TCP_NOTSENT_LOWAT), so a reader this slow keeps its writes moving.
-    g = gateway_factory(http={"idle_timeout": "1s"})
-    n = 6 << 20
+    # idle_timeout at 3 s, a sixth of the ~19 s the body takes. Once the kernel's send
+    # buffer is full, a write waits for the client: its deadline is renewed as the client
+    # takes the bytes, so it is never cut (it was, at idle_timeout: a write waited for a
+    # third of a send buffer grown to 4 MiB to drain, and the last ~32 KiB never came).
+    # The gateway holds at most 128 KiB unsent (TCP_NOTSENT_LOWAT), so a reader this slow
+    # keeps its writes moving. (At this pace TCP's window reopens in steps: a write may
+    # wait ~0.25 s for progress on an idle machine; 1 s was once passed by a loaded one.)
+    g = gateway_factory(http={"idle_timeout": "3s"})
+    n = 12 << 20
     with g.connect(timeout=30) as s:
         s.sendall(get(f"/download?bytes={n}"))
         rd = Reader(s)
@@ -109,10 +111,13 @@ def test_a_client_that_reads_slowly_but_steadily_gets_the_whole_body(gateway_fac
 
 def test_an_upstream_that_reads_an_upload_slowly_but_steadily_gets_it_whole(gateway_factory):
     # The same on the upstream side: an upstream reading about 600 KB/s, response_timeout
-    # at 1 s (each piece's write). The gateway holds at most 128 KiB of the upload unsent
-    # on the upstream's socket, so each piece goes as soon as the upstream has taken some.
-    g = gateway_factory(upstream_opts={"response_timeout": "1s"})
-    n = 6 << 20
+    # at 3 s (each piece's write), a sixth of the ~19 s the upload takes. The gateway
+    # holds at most 128 KiB of the upload unsent on the upstream's socket, so each piece
+    # goes as soon as the upstream has taken some. (A 32 KiB piece's write took up to
+    # ~0.22 s on an idle machine, TCP's window reopening in steps at this pace; with 1 s,
+    # a loaded run of the test command once answered 504.)
+    g = gateway_factory(upstream_opts={"response_timeout": "3s"})
+    n = 12 << 20
     r, expected_sum = upload(g, "/upload?pace_ms=50", n)
     assert r.status == 200, (r.status, r.body[:200])
     assert r.json() == {"length": n, "sum": expected_sum}
