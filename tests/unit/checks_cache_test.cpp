@@ -26,7 +26,7 @@ TEST_CASE("checks_cache: serves the same route, client and configuration only", 
   CHECK_FALSE(cache.serves(r1, was, "192.0.2.7"));
 }
 
-TEST_CASE("checks_cache: checks that are not reusable are not kept; an idle connection holds nothing",
+TEST_CASE("checks_cache: checks that are not reusable are not kept, and an idle connection holds nothing",
           "[checks_cache]") {
   auto a = std::make_shared<const fg::config::config>();
   fg::config::route_config r;
