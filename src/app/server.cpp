@@ -251,6 +251,19 @@ int server::run() {
       return 1;
     }
   }
+  // The signals are ours before any worker or thread starts (a SIGTERM once the workers
+  // run, say while the port waits for the store, drains instead of ending the process by
+  // its default action); what comes before run() waits in the sets. SIGHUP reloads (the
+  // file is watched too: a rename over it, a ConfigMap's swap); SIGUSR1 opens the access
+  // log file again.
+  asio::signal_set signals(main_ioc, SIGTERM, SIGINT);
+  int signal_number = 0;
+  signals.async_wait([&](const boost::system::error_code& ec, int sig) {
+    if (!ec) signal_number = sig;
+    main_ioc.stop();
+  });
+  asio::signal_set control(main_ioc, SIGHUP, SIGUSR1);
+  on_control_signal(control);
   started_at_ = std::chrono::steady_clock::now();
   start_reload_thread();
   start_workers(workers, listener, tls_listener_);
@@ -264,19 +277,9 @@ int server::run() {
     spdlog::info("admin listening on {}", cfg.admin.listen->str());
   }
 
-  // SIGHUP reloads (the file is watched too: a rename over it, a ConfigMap's swap);
-  // SIGUSR1 opens the access log file again.
-  asio::signal_set control(main_ioc, SIGHUP, SIGUSR1);
-  on_control_signal(control);
   config_watch watch(main_ioc, [this] { return watched_files(*current_config()); },
                      [this] { asio::post(reload_ioc_, [this] { file_changed(); }); });
 
-  asio::signal_set signals(main_ioc, SIGTERM, SIGINT);
-  int signal_number = 0;
-  signals.async_wait([&](const boost::system::error_code& ec, int sig) {
-    if (!ec) signal_number = sig;
-    main_ioc.stop();
-  });
   int exit_code = 0;
   open_when_ready(main_ioc, listener, [&](bool ok) {
     if (ok) return;
