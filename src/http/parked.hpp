@@ -9,17 +9,11 @@
 #include <memory>
 #include <type_traits>
 
+#include "http/connection.hpp"
 #include "http/worker_context.hpp"
 #include "net/cidr.hpp"
 
 namespace fg::http::detail {
-
-// The socket under a stream (itself for a socket).
-template <class Stream>
-boost::asio::ip::tcp::socket& socket_under(Stream& s) {
-  if constexpr (std::is_same_v<Stream, boost::asio::ip::tcp::socket>) return s;
-  else return s.lowest_layer();
-}
 
 // A connection's peer, normalized (unspecified if the socket has none any more).
 inline net::address peer_of(const boost::asio::ip::tcp::socket& s) {
@@ -36,7 +30,7 @@ struct parked {
   connection_slot slot;          // given back when the parked connection is closed
 
   parked(worker_context& c, Stream s, connection_slot place)
-      : ctx(c), stream(std::move(s)), entry(ctx.deadlines.open(&socket_under(stream))), slot(std::move(place)) {
+      : ctx(c), stream(std::move(s)), entry(ctx.deadlines.open(socket_of(stream))), slot(std::move(place)) {
     entry->set_lean();  // already lean: the sweeper only watches its deadline
     if constexpr (requires { stream.release_buffers(); }) stream.release_buffers();
     ++ctx.parked;
@@ -51,7 +45,7 @@ void park(worker_context& ctx, Stream stream, connection_slot slot, std::chrono:
           Resume resume) {
   auto p = std::make_unique<parked<Stream>>(ctx, std::move(stream), std::move(slot));
   p->entry->arm_at(deadline);
-  auto& s = socket_under(p->stream);
+  auto& s = *socket_of(p->stream);
   s.async_wait(boost::asio::ip::tcp::socket::wait_read, [p = std::move(p), resume](boost::system::error_code ec) mutable {
     // Timed out, drained or reset: ~parked closes it and gives its place back.
     if (ec || p->entry->expired() || p->ctx.draining) return;
