@@ -9,9 +9,11 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <csignal>
 #include <atomic>
 #include <condition_variable>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <thread>
 
@@ -98,11 +100,17 @@ std::string server::files_hash(const config::config& cfg) {
 }
 
 namespace {
-
 unsigned worker_count(const config::config& cfg) {
   return cfg.workers ? cfg.workers : std::max(1u, std::thread::hardware_concurrency());
 }
 
+// Exiting: a signal changes nothing from now on (out of their sets, signals get their
+// default action back: a SIGTERM while the process tears down would end it by that one).
+void ignore_signals_from_now(std::initializer_list<asio::signal_set*> sets) {
+  boost::system::error_code ignored;
+  for (auto* set : sets) set->clear(ignored);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGUSR1}) std::signal(sig, SIG_IGN);
+}
 }  // namespace
 
 std::size_t max_connections(const config::config& cfg, unsigned workers) {
@@ -251,11 +259,8 @@ int server::run() {
       return 1;
     }
   }
-  // The signals are ours before any worker or thread starts (a SIGTERM once the workers
-  // run, say while the port waits for the store, drains instead of ending the process by
-  // its default action); what comes before run() waits in the sets. SIGHUP reloads (the
-  // file is watched too: a rename over it, a ConfigMap's swap); SIGUSR1 opens the access
-  // log file again.
+  // Ours before any worker starts (a SIGTERM then drains; one before run() waits in the set).
+  // SIGHUP reloads (the file is watched too); SIGUSR1 opens the access log file again.
   asio::signal_set signals(main_ioc, SIGTERM, SIGINT);
   int signal_number = 0;
   signals.async_wait([&](const boost::system::error_code& ec, int sig) {
@@ -308,6 +313,7 @@ int server::run() {
   // connections close).
   admin_listener.reset();
   const int drained = drain(main_ioc, signals);
+  ignore_signals_from_now({&signals, &control});
   return exit_code ? exit_code : drained;
 }
 
