@@ -11,7 +11,7 @@
 #include "http/connection.hpp"
 #include "http/parked.hpp"
 #include "http/session_read.ipp"
-#include "http/session_upstream.ipp"
+#include "http/session_write.ipp"
 #include "http/tls.hpp"
 #include "obs/logging.hpp"
 

@@ -22,6 +22,7 @@ class fake_source final : public limit::decision_source {
   boost::system::error_code fail;
   std::vector<std::string> deny;
   std::int64_t retry_ms = 5000;
+  std::int64_t delay_ms = 0;  // an allowed decision's wait for its turn (on_exceed: delay)
   int starts = 0, releases = 0, holds = 0, unanswered = 0;
 
   limit::status start(limit::limit_call& c) override {
@@ -44,7 +45,7 @@ class fake_source final : public limit::decision_source {
     c.decisions.resize(c.checks.size());
     for (std::size_t i = 0; i < c.checks.size(); ++i) {
       bool denied = std::find(deny.begin(), deny.end(), c.checks[i].cfg->name) != deny.end();
-      c.decisions[i] = {!denied, c.checks[i].cfg->limit, denied ? 0u : 1u, 1000, denied ? retry_ms : 0};
+      c.decisions[i] = {!denied, c.checks[i].cfg->limit, denied ? 0u : 1u, 1000, denied ? retry_ms : delay_ms};
     }
     auto s = limit::judged(c, this);
     if (c.holder == this) ++holds;

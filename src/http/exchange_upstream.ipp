@@ -1,25 +1,20 @@
 #pragma once
+// The upstream half of an exchange (members of exchange<Down>, exchange.hpp): send the
+// request (head, then its body streamed), read the response head (one retry on a stale
+// pooled connection, another server by upstream.retries), relay the body, or carry a
+// WebSocket tunnel. Failures are mapped to answers in one place (upstream_failure.hpp).
 #include <boost/asio/write.hpp>
 #include <boost/beast/http/error.hpp>
 #include <spdlog/spdlog.h>
 
 #include <array>
-#include <charconv>
 
+#include "http/exchange.hpp"
+#include "http/exchange_limits.ipp"
 #include "http/forwarder.hpp"
-#include "http/response_plan.hpp"
-#include "http/session_impl.hpp"
-#include "http/tunnel.hpp"
-#include "obs/access_log.hpp"
-#include "obs/metrics.hpp"
-#include "http/upstream_failure.hpp"
 #include "upstream/send_batch.hpp"
 #include "util/text.hpp"
 
-// The upstream exchange of one admitted request: send the request (head, then its body
-// streamed), read the response head (one retry on a stale pooled connection), relay the
-// body, or carry a WebSocket tunnel. Failures are mapped to answers in one place
-// (upstream_failure.hpp).
 namespace fg::http::detail {
 
 inline bool is_idempotent(bhttp::verb v) {
@@ -32,75 +27,15 @@ inline bool is_idempotent(bhttp::verb v) {
   }
 }
 
-// Feeds buffered bytes to the parser without suspending. A result when done, nullopt
-// when the parser needs bytes from the socket. Body mode (`want_head` false,
-// buffer_body): done when some body bytes were produced, the body buffer is full, or
-// the message is complete. Head mode: done when the head is parsed.
-template <class Parser>
-std::optional<error_code> feed(beast::flat_buffer& b, Parser& p, std::size_t start, std::size_t& produced, bool want_head) {
-  while (b.size() > 0) {
-    error_code ec;
-    auto used = p.put(b.data(), ec);
-    b.consume(used);
-    if (want_head) {
-      if (p.is_header_done()) return error_code{};
-    } else {
-      produced = start - p.get().body().size;
-      if (ec == bhttp::error::need_buffer || p.is_done() || produced > 0) return error_code{};
-    }
-    if (ec && ec != bhttp::error::need_more) return ec;
-    if (used > 0 && !ec) continue;
-    if (b.size() >= b.max_size()) return error_code(bhttp::error::header_limit);
-    break;
-  }
-  return std::nullopt;
-}
-
-// Feeds already-buffered bytes to a parser, reading from the socket only when the
-// parser needs more (see feed). With `vet`, each byte read is also followed through a
-// chunked body's framing as it arrives, so a malformed one fails at once instead of
-// when the parser gives up.
-template <class Stream, class Parser>
-asio::awaitable<error_code> read_into(deadline::entry& e, Stream& s, beast::flat_buffer& b, Parser& p,
-                                      std::chrono::milliseconds timeout, std::size_t& produced, bool want_head,
-                                      chunk_vetter* vet = nullptr) {
-  std::size_t start = want_head ? 0 : p.get().body().size;
-  produced = 0;
-  for (;;) {
-    if (auto r = feed(b, p, start, produced, want_head)) co_return *r;
-    e.arm(timeout);
-    auto space = std::min<std::size_t>(b.max_size() - b.size(), 65536);
-    auto [ec, n] = co_await s.async_read_some(b.prepare(space), read_token<Stream>());
-    if (ec == asio::error::eof) {
-      if (want_head) co_return error_code(b.size() ? bhttp::error::partial_message : bhttp::error::end_of_stream);
-      error_code eec;
-      p.put_eof(eec);
-      produced = start - p.get().body().size;
-      co_return eec ? error_code(bhttp::error::partial_message) : error_code{};
-    }
-    if (ec) co_return timed(e, ec);
-    b.commit(n);
-    if (vet && vet->feed(bytes_of(b).substr(b.size() - n)) == chunk_vetter::state::bad)
-      co_return error_code(bhttp::error::bad_chunk);
-  }
-}
-
-// A chunked body's framing is followed from its first byte: those already buffered
-// behind the head first (false if they are malformed), then each read's (read_into).
-inline bool start_vetting(chunk_vetter& v, const beast::flat_buffer& buffered) {
-  v.reset();
-  return v.feed(bytes_of(buffered)) != chunk_vetter::state::bad;
-}
-
 // A client-side read error of the request body, as the exchange's table knows it.
 inline error_code client_error(error_code ec) {
   return make_error_code(ec == beast::error::timeout ? body_errc::timeout : body_errc::malformed);
 }
 
-template <class Stream>
-auto session<Stream>::write_up(upstream::connection& up, std::span<const asio::const_buffer> bufs,
+template <class Down>
+auto exchange<Down>::write_up(upstream::connection& up, std::span<const asio::const_buffer> bufs,
                        std::chrono::milliseconds timeout) {
-  conn_.watch().arm(timeout);
+  down_.watch().arm(timeout);
   return asio::async_initiate<decltype(deferred_tuple), void(error_code, std::size_t)>(
       [&up, bufs](auto handler) {
         // Resumed with a batch from Redis: the batch's writes go out together (in plain TCP).
@@ -112,12 +47,12 @@ auto session<Stream>::write_up(upstream::connection& up, std::span<const asio::c
       deferred_tuple);
 }
 
-template <class Stream>
-void session<Stream>::build_request_head(const config::route_config& route, bool upgrade) {
+template <class Down>
+void exchange<Down>::build_request_head(const config::route_config& route, bool upgrade) {
   const auto& cfg = *rt_->cfg;
   head_out_.clear();
   forward_context fc;
-  fc.peer_ip = peer_str_;
+  fc.peer_ip = down_.peer_str();
   const auto& client = ad_.client;
   fc.peer_trusted = client.peer_trusted;
   fc.request_id = ad_.request_id;
@@ -126,39 +61,27 @@ void session<Stream>::build_request_head(const config::route_config& route, bool
   fc.target = ad_.abs_target;
   fc.host = ad_.abs_host;
   fc.default_host = rt_->upstream_hosts[route.upstream_index];
-  fc.proto = is_tls<Stream> ? "https" : "http";  // the listener's, not the client's say
+  fc.proto = Down::scheme;  // the listener's, not the client's say
   // What the upstream is told of the client: as admission resolved it.
   fc.xff = client.xff;
   fc.forwarded = client.forwarded;
   fc.client_header = cfg.client_ip.forward;
-  fc.client_ip = client.who.from_header ? std::string_view(client.who_text) : std::string_view(peer_str_);
+  fc.client_ip = client.who.from_header ? std::string_view(client.who_text) : std::string_view(down_.peer_str());
   if (!client.peer_trusted) fc.drop = rt_->untrusted_drop;
   else if (cfg.client_ip.forward_chain != config::client_ip_config::chain::full) fc.drop = rt_->client_ip.identity_fields();
-  build_upstream_request(parser_->get().base(), fc, head_out_);
+  build_upstream_request(down_.request(), fc, head_out_);
 }
 
 // The first piece of a body is read before upstream is contacted: a malformed body is
 // rejected with upstream having received nothing. A client that expects 100-continue is
 // told to go on first.
-template <class Stream>
-asio::awaitable<typename session<Stream>::first_piece> session<Stream>::read_first_piece() {
-  auto& req = parser_->get();
-  if (ad_.has_expect && req.version() >= 11) {
-    static constexpr std::string_view cont = "HTTP/1.1 100 Continue\r\n\r\n";
-    std::array<asio::const_buffer, 1> bufs{asio::buffer(cont)};
-    auto [ec, n] = co_await write_down(bufs);
-    if (timed(conn_.watch(), ec)) co_return first_piece{.client_gone = true};
-  }
+template <class Down>
+asio::awaitable<typename exchange<Down>::first_piece> exchange<Down>::read_first_piece() {
+  if (ad_.has_expect && !co_await down_.send_continue()) co_return first_piece{.client_gone = true};
   const bool chunked = ad_.framing.type == body_framing::kind::chunked;
-  if (chunked && !start_vetting(vetter_, conn_.buffer())) {
-    spdlog::debug("{}: rejected request: {}", peer_str_, vetter_.error());
-    co_return first_piece{.refuse = 400};
-  }
-  req.body().data = body_buf();
-  req.body().size = body_chunk;
+  if (!down_.start_body(chunked)) co_return first_piece{.refuse = 400};
   first_piece out;
-  auto ec = co_await read_into(conn_.watch(), conn_.stream(), conn_.buffer(), *parser_, rt_->cfg->http.idle_timeout, out.bytes, false,
-                               chunked ? &vetter_ : nullptr);
+  auto ec = co_await down_.read_body(body_buf(), body_chunk, out.bytes);
   if (ec) out.refuse = ec == beast::error::timeout ? 408 : 400;
   // Over the limit already: refused with upstream having received nothing.
   else if (const auto max = rt_->cfg->http.max_body_bytes; max && out.bytes > max) out.refuse = 413;
@@ -166,11 +89,11 @@ asio::awaitable<typename session<Stream>::first_piece> session<Stream>::read_fir
   co_return out;
 }
 
-template <class Stream>
-void session<Stream>::log_failure(const config::upstream_config& cfg, stage at, error_code ec,
+template <class Down>
+void exchange<Down>::log_failure(const config::upstream_config& cfg, stage at, error_code ec,
                                   bool upstream_fault) const {
   if (upstream_fault) spdlog::warn("upstream {} ({}): {}: {}", cfg.name, choice_.address(), describe(at, ec), ec.message());
-  else spdlog::debug("{}: {}: {}", peer_str_, describe(at, ec), ec.message());
+  else spdlog::debug("{}: {}: {}", down_.peer_str(), describe(at, ec), ec.message());
 }
 
 // At the end of an exchange: no deadline on the upstream socket, the server let go.
@@ -186,11 +109,11 @@ struct forget_upstream {
 // A try failed at `at`: again on the same server afresh (a stale pooled connection), on
 // another server (upstream.retries), or the answer. Counted against the server when it
 // was its fault, and logged.
-template <class Stream>
-typename session<Stream>::next_try session<Stream>::after_failure(const config::upstream_config& up_cfg, stage at,
+template <class Down>
+typename exchange<Down>::next_try exchange<Down>::after_failure(const config::upstream_config& up_cfg, stage at,
                                                                   error_code ec, exchange_state& st,
                                                                   upstream::connection_ptr& up) {
-  conn_.watch().forget_upstream();
+  down_.watch().forget_upstream();
   up.reset();
   const auto action = on_failure(at, ec, st);
   if (action.retry) {
@@ -222,8 +145,8 @@ inline std::chrono::milliseconds try_left(const config::upstream_config& up, clo
 }
 
 // balance: hash: the request's hash_key, hashed (nullopt: the request lacks it).
-template <class Stream>
-std::optional<std::uint64_t> session<Stream>::balance_key(const config::upstream_config& up) const {
+template <class Down>
+std::optional<std::uint64_t> exchange<Down>::balance_key(const config::upstream_config& up) const {
   if (up.balance != config::balance::hash) return std::nullopt;
   std::string scratch;
   auto v = limit::source_value(up.hash_key, key_parts(), scratch);
@@ -234,27 +157,27 @@ std::optional<std::uint64_t> session<Stream>::balance_key(const config::upstream
 // Send the request, read the response head (one retry on a stale pooled connection),
 // then relay the response or carry the upgraded connection. One coroutine frame for the
 // whole exchange: a plain GET costs no more frames than this and the relay.
-template <class Stream>
-asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
-  const auto& req = parser_->get();
+template <class Down>
+asio::awaitable<outcome> exchange<Down>::forward() {
+  const auto& req = down_.request();
   const auto& route = rt_->cfg->routes[static_cast<std::size_t>(ad_.route)];
   const auto& up_cfg = rt_->upstreams[route.upstream_index];
-  const bool upgrade = ad_.has_upgrade && !ad_.has_body() && is_upgrade_request(req.base());
+  const bool upgrade = ad_.has_upgrade && !ad_.has_body() && is_upgrade_request(req);
   build_request_head(route, upgrade);
   std::size_t piece = 0;
-  if (ad_.has_expect && !util::iequals(ad_.expect, "100-continue")) co_return co_await send_local(417, false);
+  if (ad_.has_expect && !util::iequals(ad_.expect, "100-continue")) co_return co_await answer(417, false);
   if (ad_.has_body()) {
     const auto first = co_await read_first_piece();
     if (first.client_gone) co_return outcome::closed;
     if (first.refuse == 429) co_return co_await refuse_over_quota(first.bytes);  // (upstream got none: not charged)
-    if (first.refuse) co_return co_await send_local(first.refuse, false);
+    if (first.refuse) co_return co_await answer(first.refuse, false);
     piece = first.bytes;
   }
   // Timed for the metrics' histogram and the access log: two clock reads a request.
   const auto t0 = ctx_.metrics || (ctx_.access && ctx_.access->enabled()) ? clock::now() : clock::time_point{};
   upstream::connection_ptr up;
   // Declared after `up`, so destroyed before it: the sweeper never sees a freed socket.
-  forget_upstream forget{conn_.watch(), choice_};
+  forget_upstream forget{down_.watch(), choice_};
   const auto& servers = rt_->servers->of(route.upstream_index);
   choice_.begin(*ctx_.pool, up_cfg, servers, balance_key(up_cfg), deadline::coarse_now);
   exchange_state st{.retry_safe = is_idempotent(req.method()) && !ad_.has_body()};
@@ -264,15 +187,15 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
     st.reused = st.try_expired = false;
     const auto try_end = up_cfg.try_timeout.count() > 0 ? deadline::coarse_now + up_cfg.try_timeout : clock::time_point::max();
     // (GCC 12: no co_await inside a conditional expression.)
-    if (idle_ok) up = ctx_.pool->take_idle(up_cfg, conn_.watch(), choice_.server());
-    if (!up) up = co_await ctx_.pool->connect(up_cfg, conn_.watch(), ec, choice_.server(), servers.tls.get());
+    if (idle_ok) up = ctx_.pool->take_idle(up_cfg, down_.watch(), choice_.server());
+    if (!up) up = co_await ctx_.pool->connect(up_cfg, down_.watch(), ec, choice_.server(), servers.tls.get());
     if (up) {
       at = stage::send;  // (head and first body piece in one write)
       st.reused = up->reused;
       const bool chunked = ad_.framing.type == body_framing::kind::chunked;
-      auto bufs = writes_.assign(head_out_, body_buf_.get(), piece, chunked, chunked && parser_->is_done());
+      auto bufs = writes_.assign(head_out_, body_buf_.get(), piece, chunked, chunked && down_.body_done());
       auto [wec, n] = co_await write_up(*up, bufs, try_left(up_cfg, try_end));
-      ec = timed(conn_.watch(), wec);
+      ec = timed(down_.watch(), wec);
     }
     if (!ec && ad_.has_body()) {
       bytes_in_ += piece;
@@ -289,7 +212,7 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
       prepare_response_parser();
       std::size_t unused = 0;
       const auto left = try_left(up_cfg, try_end);
-      ec = co_await read_into(conn_.watch(), *up, up->buffer, *rp_, left, unused, true);
+      ec = co_await read_into(down_.watch(), *up, up->buffer, *rp_, left, unused, true);
       st.try_expired = ec == beast::error::timeout && left < up_cfg.response_timeout;
     }
     if (ec && early_answer_) ec = send_ec, at = stage::send;  // no answer came: the write's failure is the try's
@@ -297,7 +220,7 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
     const auto next = after_failure(up_cfg, at, ec, st, up);
     idle_ok = next.idle_ok;
     if (next.status == 429) co_return co_await refuse_over_quota(bytes_in_);  // (after_failure charged it)
-    if (!next.again) co_return co_await send_local(next.status, false);
+    if (!next.again) co_return co_await answer(next.status, false);
   }
   head_arrived(route, t0);
   // Only a WebSocket upgrade we asked for becomes a tunnel: anything else would carry
@@ -305,20 +228,39 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::forward() {
   if (rp_->get().result_int() == 101) {
     if (upgrade && is_websocket_response(rp_->get())) co_return co_await run_upgrade(*up, 101);
     spdlog::warn("upstream {}: unexpected 101 to a request that did not ask for a WebSocket upgrade", up_cfg.name);
-    co_return co_await send_local(502, false);
+    co_return co_await answer(502, false);
   }
   bool reusable = false;
   auto o = co_await relay_response(*up, up_cfg, reusable);
-  conn_.watch().forget_upstream();
+  down_.watch().forget_upstream();
   // An upgrade the upstream declined may leave it expecting another protocol: not reused.
   if (reusable && !upgrade && !early_answer_) ctx_.pool->release(up_cfg.name, std::move(up));
   co_return o;
 }
 
+// Interim answers (1xx) read past before a response: more is a 502 (Go's client stops
+// at 5), so that an upstream cannot hold a request with 1xx alone.
+constexpr unsigned max_interim_responses = 8;
+
+// After a response head was read: whether it is an interim answer to read past (1xx
+// other than 101), `interim` counting them; past the most, `ec` says malformed. So is
+// a status below 100 (RFC 9110 §15 has 100-599; Beast reads any three digits), as
+// nginx has it, not a line "HTTP/1.1 0" sent on.
+template <class Down>
+bool exchange<Down>::read_past(error_code& ec, unsigned& interim) {
+  if (ec) return false;
+  const auto code = rp_->get().result_int();
+  if (code < 100) ec = bhttp::error::bad_status;
+  if (ec || code >= 200 || code == 101) return false;
+  if (++interim <= max_interim_responses) return true;
+  ec = bhttp::error::bad_status;
+  return false;
+}
+
 // The response head came: the server answered (its health), the time it took (the
 // access log, the metrics), and the costs known now.
-template <class Stream>
-void session<Stream>::head_arrived(const config::route_config& route, clock::time_point t0) {
+template <class Down>
+void exchange<Down>::head_arrived(const config::route_config& route, clock::time_point t0) {
   choice_.answered(rp_->get().result_int(), deadline::coarse_now);
   if (t0 != clock::time_point{}) {
     const auto waited = clock::now() - t0;
@@ -330,88 +272,73 @@ void session<Stream>::head_arrived(const config::route_config& route, clock::tim
 }
 
 // The rest of the request body, streamed; the client's errors come back as body_errc.
-template <class Stream>
-asio::awaitable<error_code> session<Stream>::send_rest_of_body(upstream::connection& up,
+template <class Down>
+asio::awaitable<error_code> exchange<Down>::send_rest_of_body(upstream::connection& up,
                                                               const config::upstream_config& cfg) {
   const auto& http = rt_->cfg->http;
   const bool chunked = ad_.framing.type == body_framing::kind::chunked;
-  auto* vet = chunked ? &vetter_ : nullptr;
-  auto& req = parser_->get();
   const std::uint64_t max = http.max_body_bytes ? http.max_body_bytes : ~std::uint64_t{0};
   const std::uint64_t quota = chunked ? limit::body_bytes_left(limits_) : ~std::uint64_t{0};
   auto too_large = [&] { return bytes_in_ > max || bytes_in_ > quota; };
   auto too_large_error = [&] { return make_error_code(bytes_in_ > max ? body_errc::too_large : body_errc::over_quota); };
-  bool last_sent = !chunked || parser_->is_done();  // went with the first piece
-  while (!parser_->is_done()) {
+  bool last_sent = !chunked || down_.body_done();  // went with the first piece
+  while (!down_.body_done()) {
     if (too_large()) co_return too_large_error();
-    req.body().data = body_buf();
-    req.body().size = body_chunk;
     std::size_t piece = 0;
-    auto ec = co_await read_into(conn_.watch(), conn_.stream(), conn_.buffer(), *parser_, http.idle_timeout, piece, false, vet);
+    auto ec = co_await down_.read_body(body_buf(), body_chunk, piece);
     // Upstream sees an incomplete message and a closed connection, never a second one.
     if (ec) co_return client_error(ec);
-    if (!piece && !parser_->is_done()) continue;
+    if (!piece && !down_.body_done()) continue;
     bytes_in_ += piece;
     // A body past the limit never gets its last chunk: upstream sees it cut short.
-    last_sent = (!chunked || parser_->is_done()) && !too_large();
+    last_sent = (!chunked || down_.body_done()) && !too_large();
     auto bufs = writes_.assign({}, body_buf_.get(), piece, chunked, last_sent);
     auto [wec, n] = co_await write_up(up, bufs, cfg.response_timeout);
-    if (auto tec = timed(conn_.watch(), wec)) co_return tec;
+    if (auto tec = timed(down_.watch(), wec)) co_return tec;
   }
   if (too_large()) co_return too_large_error();
   if (!last_sent) {
     auto bufs = writes_.assign({}, nullptr, 0, true, true);
     auto [wec, n] = co_await write_up(up, bufs, cfg.response_timeout);
-    co_return timed(conn_.watch(), wec);
+    co_return timed(down_.watch(), wec);
   }
   co_return error_code{};
 }
 
-template <class Stream>
-asio::awaitable<typename session<Stream>::outcome> session<Stream>::relay_response(upstream::connection& up,
-                                                                                  const config::upstream_config& cfg,
-                                                                                  bool& reusable) {
-  const auto& req = parser_->get();
+template <class Down>
+asio::awaitable<outcome> exchange<Down>::relay_response(upstream::connection& up, const config::upstream_config& cfg,
+                                                        bool& reusable) {
   auto& res = rp_->get();
   const unsigned status = res.result_int();
   // (a request whose body was not all read, the server having answered early: closed after)
-  auto plan = plan_response(req.base(), parser_->keep_alive() && !early_answer_, *rp_, ctx_.draining);
+  response_start plan;
+  const bool framed = down_.begin_response(*rp_, limits_.headers, !early_answer_, plan);
   // An upstream's chunked framing is followed as it arrives too: malformed, it is a
   // 502 (or a cut connection) at once, not a wait for the response timeout.
   chunk_vetter* vet = plan.body_expected && rp_->chunked() ? &vetter_ : nullptr;
   if (vet && !start_vetting(vetter_, up.buffer)) {
     spdlog::warn("upstream {}: bad chunked response: {}", cfg.name, vetter_.error());
-    co_return co_await send_local(502, false);
+    co_return co_await answer(502, false);
   }
-  plan.rc.extra = limits_.headers;
-  head_out_.clear();
   // A coding other than chunked would reach the client undone and unnamed (the body is
   // framed anew), and beside a Content-Length it is ambiguous: a 502, as nginx answers it.
-  if (!build_downstream_response(res, plan.rc, head_out_) && plan.body_expected) {
+  if (!framed && plan.body_expected) {
     spdlog::warn("upstream {}: a response's Transfer-Encoding other than chunked", cfg.name);
-    co_return co_await send_local(502, false);
+    co_return co_await answer(502, false);
   }
-  const bool down_chunked = plan.rc.framing == response_framing::chunked;
-  const std::size_t head_len = head_out_.size();
   exchange_state st;
   // A body of Content-Length: 0 is complete with the head: nothing to wait for.
   bool complete = !plan.body_expected || rp_->is_done();
-  // A small body already read whole behind the head (most API answers) is parsed into
-  // head_out_ right after the head: head and body go down as one buffer, and no body
-  // block is lent (at more connections in flight than the worker keeps blocks for,
-  // each lending was a 32 KiB allocation).
+  // A small body already read whole behind the head (most API answers) is parsed right
+  // behind the head where the downstream keeps it: head and body go down as one
+  // buffer, and no body block is lent (at more connections in flight than the worker
+  // keeps blocks for, each lending was a 32 KiB allocation).
   const auto length = rp_->content_length();
-  const bool inline_body = !complete && plan.rc.framing == response_framing::length && length &&
-                           *length <= inline_body_max && up.buffer.size() >= *length;
-  std::size_t window = body_chunk;
-  char* buf = nullptr;
-  if (inline_body) {
-    window = static_cast<std::size_t>(*length);
-    head_out_.resize(head_len + window);
-    buf = head_out_.data() + head_len;
-  } else {
-    buf = body_buf();
-  }
+  char* buf = !complete && length && *length <= inline_body_max && up.buffer.size() >= *length && !rp_->chunked()
+                  ? down_.inline_room(static_cast<std::size_t>(*length))
+                  : nullptr;
+  const std::size_t window = buf ? static_cast<std::size_t>(*length) : body_chunk;
+  if (!buf) buf = body_buf();
   do {
     std::size_t piece = 0;
     error_code ec;
@@ -419,7 +346,7 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::relay_respon
       res.body().data = buf;
       res.body().size = window;
       if (auto r = feed(up.buffer, *rp_, window, piece, false)) ec = *r;
-      else ec = co_await read_into(conn_.watch(), up, up.buffer, *rp_, cfg.response_timeout, piece, false, vet);
+      else ec = co_await read_into(down_.watch(), up, up.buffer, *rp_, cfg.response_timeout, piece, false, vet);
       complete = !ec && rp_->is_done();
     }
     if (ec) {
@@ -427,49 +354,34 @@ asio::awaitable<typename session<Stream>::outcome> session<Stream>::relay_respon
       // can tell the response is truncated.
       auto action = on_failure(stage::response_body, ec, st);
       spdlog::warn("upstream {}: {}: {}", cfg.name, describe(stage::response_body, ec), ec.message());
-      if (action.status) co_return co_await send_local(action.status, false);
+      if (action.status) co_return co_await answer(action.status, false);
       log_request(status);
       co_return outcome::closed;
     }
-    const std::string_view head(head_out_.data(), st.response_begun ? 0 : head_len);
-    auto bufs = inline_body && !st.response_begun
-                    ? writes_.assign(std::string_view(head_out_.data(), head_len + piece), nullptr, 0, false, false)
-                    : writes_.assign(head, buf, piece, down_chunked, complete && down_chunked);
+    auto bufs = down_.response_piece(!st.response_begun, buf, piece, complete);
     if (bufs.empty()) continue;
-    auto [dec, dn] = co_await write_down(bufs);
-    if (timed(conn_.watch(), dec)) co_return outcome::closed;
+    auto [dec, dn] = co_await down_.write(bufs);
+    if (timed(down_.watch(), dec)) co_return outcome::closed;
     st.response_begun = true;
     bytes_out_ += piece;
   } while (!complete);
   log_request(status);
   reusable = rp_->keep_alive() && !plan.up_close_delimited;
-  co_return plan.rc.keep_alive ? outcome::keep_going : outcome::close;
+  co_return plan.keep_alive ? outcome::keep_going : outcome::close;
 }
 
 // A WebSocket upgrade the upstream accepted: the 101 goes down, then both ways are
 // carried as bytes until either side ends. Concurrency leases are held for the tunnel's
 // life, renewed well before they expire; one access-log line when it ends.
-template <class Stream>
-asio::awaitable<typename session<Stream>::outcome> session<Stream>::run_upgrade(upstream::connection& up,
-                                                                               unsigned status) {
-  auto plan = plan_response(parser_->get().base(), parser_->keep_alive(), *rp_, ctx_.draining);
-  plan.rc.upgrade = true;
-  plan.rc.keep_alive = false;
-  plan.rc.extra = limits_.headers;
-  head_out_.clear();
-  build_downstream_response(rp_->get(), plan.rc, head_out_);
-  std::array<asio::const_buffer, 1> bufs{asio::buffer(head_out_)};
-  auto [dec, dn] = co_await write_down(bufs);
-  if (timed(conn_.watch(), dec)) co_return outcome::closed;
+template <class Down>
+asio::awaitable<outcome> exchange<Down>::run_upgrade(upstream::connection& up, unsigned status) {
   std::function<void()> renew;
   const auto every = std::chrono::milliseconds(limit::renewal_interval_ms(limits_));
   if (every.count() > 0) renew = [this] { limits_.holder->renew(limits_); };
-  if constexpr (is_socket<Stream> || is_tls<Stream>) {
-    auto stats = co_await run_tunnel(conn_.watch(), conn_.stream(), conn_.buffer(), up, up.buffer, rt_->cfg->http.idle_timeout,
-                                     std::move(renew), every);
-    bytes_in_ += stats.down_to_up;
-    bytes_out_ += stats.up_to_down;
-  }
+  tunnel_stats stats;
+  if (!co_await down_.upgrade(up, *rp_, limits_.headers, std::move(renew), every, stats)) co_return outcome::closed;
+  bytes_in_ += stats.down_to_up;
+  bytes_out_ += stats.up_to_down;
   log_request(status);
   co_return outcome::closed;
 }

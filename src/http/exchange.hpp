@@ -1,0 +1,206 @@
+#pragma once
+// One request's whole life on the gateway, apart from the connection that carried it:
+// its admission (route, identity), its limits and what they said, a delay, the upstream
+// choice and its retries, the request head and body sent up, the response read and
+// relayed down with its rate-limit fields, and the access-log line. An exchange knows
+// no downstream framing: it reads the request and its body from, and writes the answer
+// to, its downstream `Down`, a type with these members (an HTTP/1.1 connection's
+// session implements them, session_impl.hpp; a test's fake, exchange_test.cpp):
+//
+//   const bhttp::request_header<>& request() const;  bool keep_alive() const;
+//   bool body_done() const;       // the request's body read whole (or it has none)
+//   deadline::entry& watch();     // the exchange's deadline (its waits, its upstream)
+//   const net::address& peer() const;  std::string_view peer_str() const;
+//   std::string_view client_cert() const;  static constexpr std::string_view scheme;
+//   send_continue()               // deferred (error_code, size_t): "go on" (100-continue)
+//   bool start_body();            // the body's framing so far is sound (false: 400)
+//   read_body(buf, size, produced)       // awaitable<error_code>: the next piece of the body
+//   send_local(status, keep_alive, body, extra, content_type)  // awaitable<outcome>
+//   bool begin_response(rp, extra, may_keep_alive, response_start&);  // the head, built
+//   char* inline_room(n);         // room for a small body sent with the head
+//   response_piece(head_too, data, n, last)  // the buffers of a write of the response
+//   write(buffers)                // deferred (error_code, size_t), renewed as the client reads
+//   awaitable<bool> wait_turn(ms);          // true: the client went away meanwhile
+//   awaitable<outcome> upgrade(up, rp, extra, renew, every, stats&);  // a WebSocket tunnel
+//
+// The exchange's members are defined in exchange_limits.ipp (admission, the limits,
+// local answers, the access log) and exchange_upstream.ipp (the upstream half).
+// Beast-heavy: include only from the session's files and their tests.
+#include <boost/beast/http/message.hpp>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "http/admission.hpp"
+#include "http/body_write.hpp"
+#include "http/response_parser.hpp"
+#include "http/stream_io.hpp"
+#include "http/tunnel.hpp"
+#include "http/upstream_failure.hpp"
+#include "http/worker_context.hpp"
+#include "limit/checks_cache.hpp"
+#include "limit/decision_source.hpp"
+#include "limit/keys.hpp"
+#include "upstream/choice.hpp"
+#include "upstream/pool.hpp"
+
+namespace fg::http::detail {
+
+using response_parser = http::response_parser;
+// A response body of at most this many bytes (Content-Length framed), already read whole
+// behind its head, goes down in one buffer with the head (relay_response).
+constexpr std::size_t inline_body_max = 1024;
+
+// What a downstream made of a response head (Down::begin_response): whether a body
+// follows it, and whether the upstream's connection ends the body by closing.
+struct response_start {
+  bool body_expected = true;
+  bool up_close_delimited = false;
+  bool keep_alive = false;  // the downstream connection stays open after it
+};
+
+template <class Down>
+class exchange {
+ public:
+  exchange(worker_context& ctx, Down& down) : ctx_(ctx), down_(down) {}
+  ~exchange();
+  exchange(const exchange&) = delete;
+  exchange& operator=(const exchange&) = delete;
+
+  // The configuration snapshot a request is served under: the worker's when its head
+  // arrived (a reload may swap the worker's meanwhile).
+  void use_current() {
+    if (rt_ != ctx_.rt) rt_ = ctx_.rt;
+  }
+  const compiled_config& rt() const { return *rt_; }
+
+  // One request, in its downstream's frame (a frame per request costs an allocation's
+  // worth): begin() admits it and holds what it uses until the scope ends; decide()
+  // asks its limits (pending: co_await wait(source), then decided()); then
+  // respond() answers it locally, refuses it, or forwards it in its turn.
+  class scope;
+  [[nodiscard]] scope begin();
+  limit::status decide(limit::decision_source& source);
+  auto wait(limit::decision_source& source) { return source.wait(limits_); }
+  limit::status decided(limit::decision_source& source, error_code ec);
+  asio::awaitable<outcome> respond(limit::status st);
+
+  // A local answer to the request (its access-log line, then the downstream's write).
+  asio::awaitable<outcome> answer(unsigned status, bool keep_alive, std::string_view body = {},
+                                  std::string_view extra = {}, std::string_view content_type = {});
+  // One access-log line and the request's metrics.
+  void log_request(unsigned status);
+  const std::string& request_id() const { return ad_.request_id; }
+  // An idle connection's exchange holds no buffers.
+  void release_memory();
+
+ private:
+  // exchange_limits.ipp: admission, the limits, refusals, a delay.
+  limit::request_parts key_parts() const;
+  limit::status ask_limits(limit::decision_source& source);
+  void head_arrived(const config::route_config& route, clock::time_point t0);
+  void charge_after(const response_head* res);
+  asio::awaitable<outcome> refuse(limit::status st);
+  void restate_denials();
+  asio::awaitable<outcome> refuse_over_quota(std::uint64_t bytes);
+  asio::awaitable<outcome> forward_in_turn();
+  // After a refusal (429, 503), the connection stays open only if the unread body
+  // cannot be mistaken for a request.
+  bool keeps_after_refusal() const { return down_.keep_alive() && !ad_.has_body(); }
+
+  // exchange_upstream.ipp: the upstream half.
+  asio::awaitable<outcome> forward();
+  void build_request_head(const config::route_config& route, bool upgrade);
+  // What reading a body's first piece came to: its size, the status to answer instead
+  // (refuse), or that the client is gone.
+  struct first_piece {
+    std::size_t bytes = 0;
+    unsigned refuse = 0;
+    bool client_gone = false;
+  };
+  asio::awaitable<first_piece> read_first_piece();
+  void log_failure(const config::upstream_config& cfg, stage at, error_code ec, bool upstream_fault) const;
+  std::optional<std::uint64_t> balance_key(const config::upstream_config& up) const;
+  struct next_try {
+    bool again = false;    // else answer `status`
+    bool idle_ok = false;  // the next try may take a pooled connection
+    unsigned status = 0;
+  };
+  // A try failed at `at`: the connection `up` dropped, the failure counted and logged,
+  // what next (on the last try, what the body read so far costs is charged).
+  next_try after_failure(const config::upstream_config& up_cfg, stage at, error_code ec, exchange_state& st,
+                         upstream::connection_ptr& up);
+  asio::awaitable<error_code> send_rest_of_body(upstream::connection& up, const config::upstream_config& cfg);
+  // A fresh parser for the response head (1xx other than 101 are read past). It lives in
+  // the exchange, not in a coroutine frame: Asio recycles frames only up to ~1 KiB, a
+  // larger frame costs a malloc per request.
+  void prepare_response_parser() {
+    rp_.emplace();
+    rp_->header_limit(64 * 1024);
+    rp_->body_limit(boost::none);
+    if (down_.request().method() == bhttp::verb::head) rp_->skip(true);
+  }
+  bool read_past(error_code& ec, unsigned& interim);
+  asio::awaitable<outcome> relay_response(upstream::connection& up, const config::upstream_config& cfg,
+                                          bool& reusable);
+  asio::awaitable<outcome> run_upgrade(upstream::connection& up, unsigned status);
+  auto write_up(upstream::connection& up, std::span<const asio::const_buffer> bufs, std::chrono::milliseconds timeout);
+
+  // Lent by the worker for one request's bodies (given back when its scope ends).
+  char* body_buf() {
+    if (!body_buf_) body_buf_ = ctx_.bodies.take();
+    return body_buf_.get();
+  }
+  void give_back_body_buf() {
+    if (body_buf_) ctx_.bodies.give(std::move(body_buf_));
+  }
+
+  worker_context& ctx_;
+  Down& down_;
+  std::shared_ptr<const compiled_config> rt_;
+  lazy_optional<response_parser> rp_;
+  bool early_answer_ = false;  // the upstream answered before the request's whole body
+  upstream::choice choice_;  // this request's server (forward() ends its hold)
+  std::unique_ptr<char[]> body_buf_;
+  std::string head_out_;  // the request head sent upstream
+  body_write writes_;  // the buffers of the upstream body write in flight
+  admission ad_;
+  chunk_vetter vetter_;  // the upstream response's chunked framing, followed as it comes
+  std::string peer_key_;
+  std::shared_ptr<const compiled_config> peer_key_rt_;
+  limit::limit_call limits_;  // this request's limits and what they said
+  limit::checks_cache checks_cache_;  // whether limits_.checks serve the client's next request
+  std::uint64_t bytes_in_ = 0, bytes_out_ = 0;
+  double upstream_ms_ = -1;
+  std::int64_t delayed_ms_ = 0;  // how long this request waited for its turn (on_exceed: delay)
+  clock::time_point started_;
+};
+
+// What one request holds while it is served: its place among the requests that use the
+// worker's decision source (a reload keeps the old source while any does), its
+// concurrency leases, and the body block; all given back when it ends, however.
+template <class Down>
+class exchange<Down>::scope {
+ public:
+  explicit scope(exchange& ex) : ex_(ex), in_use_(ex.ctx_.limits), leases_(ex.limits_) {}
+  ~scope() { ex_.give_back_body_buf(); }
+  scope(const scope&) = delete;
+  scope& operator=(const scope&) = delete;
+  // The decision source of the configuration the request is served under.
+  limit::decision_source& source() const { return *in_use_.l->source; }
+
+ private:
+  struct in_use {
+    http::limits_in_use* l;
+    explicit in_use(http::limits_in_use* p) : l(p) { ++l->requests; }
+    ~in_use() { --l->requests; }
+  };
+  exchange& ex_;
+  in_use in_use_;
+  limit::lease_guard leases_;  // (after in_use_: the leases go back first)
+};
+
+}  // namespace fg::http::detail
