@@ -1,13 +1,18 @@
-"""docker/'s files: compose and Kubernetes YAML parse and hang together, every floodgate
-config they use or embed passes `floodgate --check` (with the environment they give it)
-and is refused without its admin token, no file holds a placeholder secret, the
-sidecar's NetworkPolicy admits the admin port only from the monitoring namespace, the
-image's HEALTHCHECK asks for liveness (and passes while Redis is down), and the Grafana
-dashboard asks only for metrics that /metrics documents."""
+"""docker/'s files: compose and Kubernetes YAML parse and hang together, every kustomize
+overlay under docker/k8s/overlays/ renders (`kubectl kustomize`) into pods with probes on
+the admin port, resources, a locked-down security context, the admin token from a
+Secret and the image at the project's version, every floodgate config they use or embed
+passes `floodgate --check` (with the environment they give it) and is refused without
+its admin token, no file holds a placeholder secret, each overlay's NetworkPolicy admits
+the admin port only from the monitoring namespace, the image's HEALTHCHECK asks for
+liveness (and passes while Redis is down), and the Grafana dashboard asks only for
+metrics that /metrics documents."""
+import functools
 import ipaddress
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -19,9 +24,13 @@ import yaml
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 DOCKER = ROOT / "docker"
-SIDECAR = DOCKER / "sidecar"
+K8S = DOCKER / "k8s"
+# Every overlay is rendered and checked: a new one needs no change here.
+OVERLAYS = sorted(p.parent.name for p in (K8S / "overlays").glob("*/kustomization.yaml"))
+# The image's tag in every overlay (images: in docker/k8s/base/kustomization.yaml).
+VERSION = re.search(r"^project\(floodgate VERSION ([0-9.]+)", (ROOT / "CMakeLists.txt").read_text(), re.M)[1]
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
-from conftest import BIN, Gateway, RedisServer, Upstream, free_port, read_response  # noqa: E402
+from conftest import BIN, Gateway, RedisServer, Upstream, free_port, read_response, record  # noqa: E402
 import socket  # noqa: E402
 
 # Shown only with redis.mode sentinel (tests/integration/test_sentinel.py checks it there).
@@ -29,7 +38,7 @@ SENTINEL_ONLY = {"floodgate_redis_sentinel_events_total"}
 
 # What an operator exports before `docker compose up` (docs/docker.md, "Compose").
 SHELL = {"REDIS_PASSWORD": "a-redis-password-from-the-test", "ADMIN_TOKEN": "an-admin-token-from-the-test-0123456789"}
-# The values a Secret's keys hold in the sidecar test (the Secret is the operator's).
+# The values a Secret's keys hold in the overlays' tests (the Secret is the operator's).
 SECRET_VALUE = "a-value-from-the-secret-{key}"
 
 
@@ -81,13 +90,43 @@ def port_of(listen):
     return int(listen.rsplit(":", 1)[1])
 
 
-def sidecar_docs():
-    """Every document of every manifest in docker/sidecar/, as `kubectl apply -f
-    docker/sidecar/` would apply them."""
-    docs = []
-    for path in sorted(SIDECAR.glob("*.yaml")):
-        docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
-    return docs
+def kubectl():
+    path = shutil.which("kubectl")
+    if not path:
+        pytest.skip("no kubectl to render docker/k8s/ (scripts/deps.sh test installs kubernetes-client)")
+    return path
+
+
+@functools.cache
+def rendered(overlay):
+    """Every document of an overlay, as `kubectl apply -k docker/k8s/overlays/OVERLAY`
+    would apply them."""
+    p = subprocess.run([kubectl(), "kustomize", str(K8S / "overlays" / overlay)], capture_output=True, text=True)
+    assert p.returncode == 0, f"kubectl kustomize {overlay}: {p.stderr}"
+    return [d for d in yaml.safe_load_all(p.stdout) if d]
+
+
+def image_name(image):
+    """`registry/path/floodgate:1.2.3` -> ("floodgate", "1.2.3"); no tag -> (name, "")."""
+    name, _, tag = image.rpartition("/")[2].partition(":")
+    return name, tag
+
+
+def floodgate_pod(docs):
+    """The Deployment that runs floodgate's image, its pod spec and floodgate's container."""
+    found = [(d, c) for d in docs if d["kind"] == "Deployment"
+             for c in d["spec"]["template"]["spec"]["containers"] if image_name(c["image"])[0] == "floodgate"]
+    assert len(found) == 1, f"{len(found)} floodgate containers"
+    (deployment, fg), = found
+    return deployment, deployment["spec"]["template"]["spec"], fg
+
+
+def pod_env(container):
+    """A container's environment, a Secret's key standing for its value."""
+    env = {}
+    for e in container.get("env", []):
+        env[e["name"]] = e["value"] if "value" in e else SECRET_VALUE.format(key=e["valueFrom"]["secretKeyRef"]["key"])
+    return env
 
 
 def healthcheck_argv():
@@ -116,18 +155,20 @@ def compose_config():
     return (DOCKER / host / "floodgate.yaml").read_text(), env
 
 
-def sidecar_config():
-    by_kind = {d["kind"]: d for d in sidecar_docs()}
-    pod = by_kind["Deployment"]["spec"]["template"]["spec"]
-    fg = next(c for c in pod["containers"] if c["name"] == "floodgate")
+def overlay_config(overlay):
+    """The config floodgate's container reads (--config, in the ConfigMap mounted there)
+    and its environment."""
+    docs = rendered(overlay)
+    _, pod, fg = floodgate_pod(docs)
     config_path = fg["args"][fg["args"].index("--config") + 1]
-    env = {}
-    for e in fg["env"]:
-        env[e["name"]] = e["value"] if "value" in e else SECRET_VALUE.format(key=e["valueFrom"]["secretKeyRef"]["key"])
-    return by_kind["ConfigMap"]["data"][os.path.basename(config_path)], env
+    mount = next(m for m in fg["volumeMounts"] if m["mountPath"] == os.path.dirname(config_path))
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    (cm,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == volume["configMap"]["name"]]
+    return cm["data"][os.path.basename(config_path)], pod_env(fg)
 
 
-CONFIGS = {"image": image_config, "compose": compose_config, "sidecar": sidecar_config}
+CONFIGS = {"image": image_config, "compose": compose_config,
+           **{overlay: functools.partial(overlay_config, overlay) for overlay in OVERLAYS}}
 
 
 def gateway_on_redis(tmp_path, upstream, redis, on_store_error=None):
@@ -215,8 +256,6 @@ def test_no_placeholder_secrets():
         text = path.read_text(errors="replace").lower()
         for word in ("change-me", "changeme", "change_me"):
             assert word not in text, f"{path.relative_to(ROOT)} has '{word}'"
-    # No Secret ships with a value: the operator creates it (docs/docker.md, "Kubernetes sidecar").
-    assert not [d for d in sidecar_docs() if d["kind"] == "Secret"]
 
 
 def test_the_image_config_and_healthcheck(tmp_path):
@@ -318,36 +357,68 @@ def secret_command(text):
     return name, set(re.findall(r"--from-literal=([\w.-]+)=", command))
 
 
-def test_sidecar(tmp_path):
-    docs = sidecar_docs()
-    by_kind = {d["kind"]: d for d in docs}
-    assert {"ConfigMap", "Deployment", "Service", "NetworkPolicy"} <= set(by_kind)
-    pod = by_kind["Deployment"]["spec"]["template"]["spec"]
-    containers = {c["name"]: c for c in pod["containers"]}
-    assert len(containers) >= 2, "floodgate beside an app container"
-    fg = containers["floodgate"]
+def test_every_overlay_renders():
+    assert {"sidecar", "standalone"} <= set(OVERLAYS)
+    version = json.loads(subprocess.run([kubectl(), "version", "--client", "-o", "json"], capture_output=True,
+                                        text=True, check=True).stdout)["clientVersion"]["gitVersion"]
+    record(f"kubectl {version} rendered {', '.join(OVERLAYS)}")
+    for overlay in OVERLAYS:
+        assert rendered(overlay)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_overlay_pods(overlay, tmp_path):
+    docs = rendered(overlay)
+    kinds = {d["kind"] for d in docs}
+    assert {"Deployment", "ConfigMap", "Service", "NetworkPolicy"} <= kinds
+    # No Secret ships with a value: the operator creates it (docs/docker.md, "Kubernetes").
+    assert "Secret" not in kinds
+    deployment, pod, fg = floodgate_pod(docs)
     config_path = fg["args"][fg["args"].index("--config") + 1]
 
+    # The image by the project's version, never a moving tag.
+    assert image_name(fg["image"]) == ("floodgate", VERSION), fg["image"]
+    for c in pod["containers"]:
+        assert image_name(c["image"])[1] not in ("", "latest"), f"{c['name']}: {c['image']}"
+        # Every container: requests and limits; no root, no privilege, no capability,
+        # nothing written to its image, seccomp's RuntimeDefault (its own or the pod's).
+        for which in ("requests", "limits"):
+            assert {"cpu", "memory"} <= set((c.get("resources") or {}).get(which) or {}), f"{c['name']}: {which}"
+        own = c.get("securityContext") or {}
+        context = dict(pod.get("securityContext") or {}, **own)
+        assert context.get("runAsNonRoot") is True, c["name"]
+        assert context.get("seccompProfile") == {"type": "RuntimeDefault"}, c["name"]
+        assert own.get("readOnlyRootFilesystem") is True, c["name"]
+        assert own.get("allowPrivilegeEscalation") is False, c["name"]
+        assert "ALL" in (own.get("capabilities") or {}).get("drop", []), c["name"]
+    # Non-root, as the image's numeric user.
+    assert fg["securityContext"]["runAsUser"] == 10001
+
     # The ConfigMap is mounted as the config's directory (not by subPath, which never
-    # sees an update), and its key is the config's file name.
-    volume = next(v for v in pod["volumes"] if "configMap" in v)
-    assert volume["configMap"]["name"] == by_kind["ConfigMap"]["metadata"]["name"]
-    mount = next(m for m in fg["volumeMounts"] if m["name"] == volume["name"])
+    # sees an update), under a fixed name: a hashed name (a generator without
+    # disableNameSuffixHash) would restart every pod on a change instead of a reload.
+    mount = next(m for m in fg["volumeMounts"] if m["mountPath"] == os.path.dirname(config_path))
     assert "subPath" not in mount
-    assert mount["mountPath"] == os.path.dirname(config_path)
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    assert volume["configMap"]["name"] == "floodgate-config"
+    # The config passes --check with the pod's environment, and so does any other
+    # ConfigMap's file of that name.
+    text, env = overlay_config(overlay)
+    cfg = check(text, tmp_path, env)
+    for cm in (d for d in docs if d["kind"] == "ConfigMap"):
+        for key, other in cm["data"].items():
+            if key == os.path.basename(config_path):
+                check(other, tmp_path, env, name=f"{cm['metadata']['name']}-{key}")
 
     # The Redis password and the admin token from a Secret the documented command makes,
-    # in the manifest's comments and in docs/docker.md alike.
+    # in the base's comments and in docs/docker.md alike.
     refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in fg["env"] if "valueFrom" in e}
     assert {"REDIS_PASSWORD", "ADMIN_TOKEN"} <= set(refs)
-    for where in (SIDECAR / "floodgate.yaml", ROOT / "docs" / "docker.md"):
+    assert cfg["admin"]["token"] == "${ADMIN_TOKEN}" and cfg["redis"]["password"] == "${REDIS_PASSWORD}"
+    for where in (K8S / "base" / "deployment.yaml", ROOT / "docs" / "docker.md"):
         name, keys = secret_command(where.read_text())
         assert {r["name"] for r in refs.values()} == {name}, f"{where.name}: the Secret is {name}, the pod uses {refs}"
         assert {r["key"] for r in refs.values()} <= keys, f"{where.name}: the command makes {keys}, the pod uses {refs}"
-    embedded, env = sidecar_config()
-    cfg = check(embedded, tmp_path, env)
-    assert cfg["redis"]["password"] == "${REDIS_PASSWORD}"
-    assert cfg["admin"]["token"] == "${ADMIN_TOKEN}"
     # Without the Secret's variables the file is refused.
     p = subprocess.run([BIN, "--check", "--config", str(tmp_path / "floodgate.yaml")], env={"PATH": "/usr/bin"},
                        capture_output=True, text=True)
@@ -366,24 +437,86 @@ def test_sidecar(tmp_path):
     # store is not required (else one outage empties the Service).
     assert cfg["admin"].get("ready_requires_store", False) is False
     assert not [r["name"] for r in cfg["routes"] if r.get("limits") and r.get("on_store_error", "allow") == "deny"]
-    # The app is reached on the pod's loopback, and the Service sends traffic to floodgate.
-    assert cfg["upstreams"]["app"]["address"].startswith("127.0.0.1:")
-    assert [p["targetPort"] for p in by_kind["Service"]["spec"]["ports"]] == ["http"]
-    # Non-root, as the image's numeric user.
-    assert fg["securityContext"]["runAsUser"] == 10001
+    # Traffic goes to the proxy port: a Service with a virtual IP never exposes the admin port.
+    for service in (d for d in docs if d["kind"] == "Service" and d["spec"].get("clusterIP") != "None"):
+        assert [p["targetPort"] for p in service["spec"]["ports"]] == ["http"], service["metadata"]["name"]
+
+    # Several replicas count in one Redis: a memory store each would multiply every limit.
+    hpas = [d for d in docs if d["kind"] == "HorizontalPodAutoscaler"
+            and d["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]]
+    if hpas or deployment["spec"].get("replicas", 1) > 1:
+        assert cfg["store"] == "redis"
+    # The autoscaler owns the count: replicas in the Deployment would undo it on each apply.
+    if hpas:
+        assert "replicas" not in deployment["spec"]
+
+
+def test_sidecar(tmp_path):
+    docs = rendered("sidecar")
+    _, pod, fg = floodgate_pod(docs)
+    assert len(pod["containers"]) >= 2, "floodgate beside an app container"
+    cfg = yaml.safe_load(overlay_config("sidecar")[0])
+    # The app is reached on the pod's loopback, and listens there only.
+    address = cfg["upstreams"]["app"]["address"]
+    assert address.startswith("127.0.0.1:")
+    (app,) = [c for c in pod["containers"] if c is not fg]
+    assert [a for a in app["args"] if a.endswith(address)]
     # trusted_proxies names the ingress controller's range, not the whole pod network.
     assert cfg["client_ip"]["trusted_proxies"]
+
+
+def test_standalone():
+    docs = rendered("standalone")
+    by_kind = {}
+    for d in docs:
+        by_kind.setdefault(d["kind"], []).append(d)
+    assert {"Service", "PodDisruptionBudget", "HorizontalPodAutoscaler", "ServiceMonitor", "NetworkPolicy"} <= set(by_kind)
+    deployment, pod, fg = floodgate_pod(docs)
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    cfg = yaml.safe_load(overlay_config("standalone")[0])
+    # Behind an autoscaler: the counters in Redis, the app elsewhere than the pod.
+    assert cfg["store"] == "redis"
+    assert not cfg["upstreams"]["app"]["address"].startswith(("127.", "localhost"))
+    (pdb,) = by_kind["PodDisruptionBudget"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert "maxUnavailable" in pdb["spec"] or "minAvailable" in pdb["spec"]
+    (hpa,) = by_kind["HorizontalPodAutoscaler"]
+    target = hpa["spec"]["scaleTargetRef"]
+    assert (target["kind"], target["name"]) == ("Deployment", deployment["metadata"]["name"])
+    assert 2 <= hpa["spec"]["minReplicas"] <= hpa["spec"]["maxReplicas"]
+    # The ServiceMonitor finds the pods' admin port through a Service, and asks /metrics.
+    (monitor,) = by_kind["ServiceMonitor"]
+    wanted = monitor["spec"]["selector"]["matchLabels"]
+    services = [s for s in by_kind["Service"] if wanted.items() <= s["metadata"].get("labels", {}).items()]
+    assert len(services) == 1, f"the ServiceMonitor selects {len(services)} Services"
+    (service,) = services
+    assert service["spec"]["selector"].items() <= labels.items()
+    ports = {p["name"]: p["containerPort"] for p in fg["ports"]}
+    by_name = {p["name"]: p for p in service["spec"]["ports"]}
+    for endpoint in monitor["spec"]["endpoints"]:
+        target = by_name[endpoint["port"]]["targetPort"]
+        assert ports.get(target, target) == ports["admin"] == port_of(cfg["admin"]["listen"])
+        assert endpoint["path"] == "/metrics"
+
+
+def test_the_image_test_builds_the_overlays_tag():
+    # The image test tags what it builds with the version it reads (the tag the overlays run).
+    script = (HERE / "test_image.sh").read_text()
+    (line,) = [l for l in script.splitlines() if l.startswith("version=")]
+    got = subprocess.run(["bash", "-c", f'{line}\necho "$version"'], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert got.stdout.strip() == VERSION
+    assert re.search(r'^image="localhost/floodgate:\$\{version[:}]', script, re.M)
 
 
 MONITORING = {"kubernetes.io/metadata.name": "monitoring"}
 
 
-def test_sidecar_network_policy():
-    docs = sidecar_docs()
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_network_policy(overlay):
+    docs = rendered(overlay)
     (policy,) = [d for d in docs if d["kind"] == "NetworkPolicy"]
-    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    deployment, _, fg = floodgate_pod(docs)
     pod = deployment["spec"]["template"]
-    fg = next(c for c in pod["spec"]["containers"] if c["name"] == "floodgate")
     named = {p["name"]: p["containerPort"] for p in fg["ports"]}
     spec = policy["spec"]
     # It selects the Deployment's pods, and isolates them for ingress.
@@ -412,7 +545,7 @@ def test_sidecar_network_policy():
     # The proxy port stays open to the ingress controller.
     assert [r for r in rules if admits(r, named["http"])], "nothing admits the proxy port"
     # The kubelet's probes are explained (they come from the node, not a pod).
-    assert "kubelet" in (SIDECAR / "networkpolicy.yaml").read_text()
+    assert "kubelet" in (K8S / "base" / "networkpolicy.yaml").read_text()
 
 
 def metrics_documented(tmp_path):

@@ -9,14 +9,17 @@
 #   request to an upstream on loopback and applies the sample route's limit; the probes
 #   and /metrics answer without the token, /config and POST /reload only with it as a
 #   Bearer token; the HEALTHCHECK then exits 0; SIGTERM ends the gateway with exit 0.
+# The image is tagged with the project's version (CMakeLists.txt), the tag that
+# docker/k8s/base/kustomization.yaml gives, and `floodgate --version` in it must say so.
 # The run happens in a network namespace of its own (unshare --net), so the image's
 # fixed ports (8080, 9901) never meet the host's. Prints how long each phase took.
-# Usage (root): tests/docker/test_image.sh   (the image stays, as localhost/floodgate:test)
+# Usage (root): tests/docker/test_image.sh   (the image stays, as localhost/floodgate:VERSION)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root="$PWD"
 b=(buildah --storage-driver vfs)
-image="localhost/floodgate:test"
+version="$(sed -n 's/^project(floodgate VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)"
+image="localhost/floodgate:${version:?no project VERSION in CMakeLists.txt}"
 cache="${FG_IMAGE_CACHE:-/var/cache/floodgate-image}"
 t0=$SECONDS
 phase() { echo "== image test: $* (at ${SECONDS}s)"; }
@@ -42,6 +45,8 @@ PY
   trap cleanup_run EXIT
 
   [ "$(run id -u)" != 0 ] || fail "buildah run --user floodgate runs as root"
+  got="$(run "${entry[0]}" --version)"
+  [ "$got" = "floodgate $version" ] || fail "the image $image holds $got"
   phase "floodgate --check on the image's config: ${entry[*]:1}"
   run "${entry[0]}" --check "${entry[@]:1}" || fail "the image's config does not pass --check"
   phase "floodgate --check on the image's config without ADMIN_TOKEN (must fail)"
