@@ -233,7 +233,7 @@ TEST_CASE("exchange: each failure of the downstream's body or of the upstream ge
   }
 }
 
-TEST_CASE("exchange: a delayed request waits its turn through the downstream, then goes; not if its client left",
+TEST_CASE("exchange: a delayed request waits its turn through the downstream, then goes, and not if its client left",
           "[exchange]") {
   const bool gone = GENERATE(false, true);
   rig r;
