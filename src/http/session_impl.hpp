@@ -72,7 +72,7 @@ struct write_down_op {
     if (!std::exchange(started, true)) {
       if constexpr (is_socket<Stream>) {
         if (auto* batch = upstream::send_batch::current())
-          return batch->add(s, bufs, std::move(self), false, upstream::send_batch::completes::with_some, true);
+          return batch->add(s, bufs, std::move(self), false, upstream::send_batch::completes::with_some);
       }
     }
     beast::buffers_suffix<std::span<const asio::const_buffer>> rest(bufs);

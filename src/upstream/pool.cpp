@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include "net/peek.hpp"
-#include "net/read_wait.hpp"
 #include "net/unsent.hpp"
 #include "upstream/send_batch.hpp"
 #include "util/asio.hpp"
@@ -92,11 +91,7 @@ bool still_usable(connection& c, std::chrono::steady_clock::time_point now, std:
   if (now - c.idle_since >= timeout) return false;  // (between two of the sweeper's rounds)
   c.look_on_send = !c.tls && send_batch::current();
   if (c.look_on_send) return true;
-  if (net::peek_input(c.socket.native_handle()) != net::pending_input::nothing) return false;
-  // Found empty just now: the answer's read waits for input rather than try a recv before
-  // the request has gone (under TLS, OpenSSL's reads go on as they do).
-  if (!c.tls) net::read_waits_for_input(c.socket);
-  return true;
+  return net::peek_input(c.socket.native_handle()) == net::pending_input::nothing;
 }
 
 }  // namespace

@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "net/peek.hpp"
-#include "net/read_wait.hpp"
 
 namespace fg::upstream {
 
@@ -93,8 +92,8 @@ boost::system::error_code send_batch::stale_connection() {
 }
 
 void send_batch::add(boost::asio::ip::tcp::socket& s, std::span<const boost::asio::const_buffer> bufs, handler h,
-                     bool look_first, completes when, bool read_next) {
-  queued_.push_back({&s, bufs, std::move(h), look_first, when, read_next});
+                     bool look_first, completes when) {
+  queued_.push_back({&s, bufs, std::move(h), look_first, when});
   // Outside a collect (which sends when it ends), the turn's sending is posted once.
   if (!collecting && !flush_posted_ && turns_) {
     flush_posted_ = true;
@@ -132,12 +131,10 @@ void send_batch::send_on_ring(std::span<write> writes, std::vector<int>& results
   const std::size_t n = writes.size();
   // (the scratch vectors are the batch's, kept from one send to the next: no allocation
   // once they have grown; sized before any pointer into them is taken)
-  std::size_t pieces = 0, looks = 0;
-  for (const auto& w : writes) pieces += w.bufs.size(), looks += w.read_next ? 1 : 0;
-  if (n + looks > ring_entries) looks = 0;  // (no room: the reads try first, as before)
+  std::size_t pieces = 0;
+  for (const auto& w : writes) pieces += w.bufs.size();
   iov_.resize(pieces);
   msgs_.resize(n);
-  probes_.resize(looks);
   for (std::size_t i = 0, at = 0; i < n; ++i) {
     msgs_[i] = {};
     msgs_[i].msg_iov = iov_.data() + at;
@@ -149,20 +146,8 @@ void send_batch::send_on_ring(std::span<write> writes, std::vector<int>& results
     io_uring_prep_sendmsg(sqe, writes[i].socket->native_handle(), &msgs_[i], MSG_DONTWAIT | MSG_NOSIGNAL);
     io_uring_sqe_set_data64(sqe, i);
   }
-  // The looks after the sends (run_ring takes entry i to be send i): a peer that has
-  // already answered shows bytes, and its read tries at once, as before.
-  for (std::size_t i = 0, k = 0; k < looks; ++i) {
-    if (!writes[i].read_next) continue;
-    auto* sqe = io_uring_get_sqe(&ring_->r);
-    io_uring_prep_recv(sqe, writes[i].socket->native_handle(), &probes_[k], 1, MSG_PEEK | MSG_DONTWAIT);
-    io_uring_sqe_set_data64(sqe, n + k++);
-  }
-  results.resize(n + looks, -EAGAIN);
-  if (!run_ring(n + looks, results)) return;
-  // Found empty (-EAGAIN) just now, with no turn of the loop since: the next read waits
-  // for input (net/read_wait.hpp). Bytes already there, or the end: it tries at once.
-  for (std::size_t i = 0, k = 0; k < looks; ++i)
-    if (writes[i].read_next && results[n + k++] == -EAGAIN) net::read_waits_for_input(*writes[i].socket);
+  results.resize(n, -EAGAIN);
+  run_ring(n, results);
 }
 
 bool send_batch::run_ring(std::size_t n, std::vector<int>& results) {
@@ -224,9 +209,6 @@ void send_batch::drop_stale(std::vector<write>& writes) {
   for (std::size_t i = 0, k = 0; i < writes.size(); ++i) {
     auto& w = writes[i];
     if (!w.look_first || results_[k++] == -EAGAIN) {
-      // Looked at just now and found empty: the response's read, which starts once this
-      // write has gone, waits for its arrival instead of trying a recv first.
-      if (w.look_first) net::read_waits_for_input(*w.socket);
       kept_.push_back(std::move(w));
       continue;
     }

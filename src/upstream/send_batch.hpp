@@ -28,10 +28,10 @@ namespace fg::upstream {
 // system call of its own. bench/ab.py against the build that sent them one `sendmsg`
 // each: proxy CPU per request 0.95x at 64 connections, 0.82x at 256. (The read that
 // follows a write, of the upstream's answer or of the client's next request, starts
-// before the peer can have answered. Asio would try it at once and find nothing, a
-// recv returning EAGAIN, about 1 µs here: 1.34 of them per request at 64 connections.
-// The batch looks at those sockets in its submission instead, look_first and
-// read_next below, and one found empty has its read wait for input: none left.)
+// before the peer can have answered, and Asio tries it at once: a recv returning
+// EAGAIN, about 0.8 a request. Taking those out needed a private flag of Asio's
+// reactor, and the proxy's CPU per request came out the same without it: bench/ab.py
+// within its 2%, docs/benchmarks.md.)
 //
 // Per worker thread. While a `collect` lives, the thread's writes are queued
 // here (`current()` is set); when it ends they are sent with MSG_DONTWAIT, so nothing
@@ -80,15 +80,9 @@ class send_batch {
   // `s` is a pooled connection taken without a look at its socket (pool::take_idle
   // leaves that to the batch): the batch looks at the sockets of all such writes in one
   // submission first, and a write whose socket the peer closed or sent anything on is
-  // not sent: it completes with stale_connection(). A socket found empty has its next
-  // read wait for input (net::read_waits_for_input): the answer's read tries no recv
-  // before the answer can have come.
-  // `read_next`: `s` is read next, once this write has gone (a client's next request):
-  // where the write goes on the ring, the submission also looks at `s` (MSG_PEEK), and a
-  // socket found empty has that read wait for input rather than try a recv before the
-  // peer can have answered.
+  // not sent: it completes with stale_connection().
   void add(boost::asio::ip::tcp::socket& s, std::span<const boost::asio::const_buffer> bufs, handler h,
-           bool look_first = false, completes when = completes::whole, bool read_next = false);
+           bool look_first = false, completes when = completes::whole);
 
   // What a write whose pooled connection turned out stale completes with: nothing of it
   // went out (ENOTCONN).
@@ -103,7 +97,6 @@ class send_batch {
     handler done;
     bool look_first = false;
     completes when = completes::whole;
-    bool read_next = false;
   };
   struct ring;
   static send_batch& of_this_thread();
@@ -124,8 +117,7 @@ class send_batch {
   // `results[i]` gets the result of entry i (user data i); false if the ring failed (it
   // is then closed, and what it did not take is left as it was).
   bool run_ring(std::size_t n, std::vector<int>& results);
-  // Sends `writes` in one submission; `results[i]` gets what send i returned. The
-  // sockets of writes `read_next` are looked at in it too (see add).
+  // Sends `writes` in one submission; `results[i]` gets what send i returned.
   void send_on_ring(std::span<write> writes, std::vector<int>& results);
   std::unique_ptr<ring> ring_;
   bool tried_ = false;

@@ -25,7 +25,6 @@
 #include <cstring>
 #include <cstddef>
 
-#include "net/read_wait.hpp"
 #include "upstream/send_batch.hpp"
 
 // upstream::send_batch over real loopback TCP connections: what is queued arrives whole
@@ -284,15 +283,10 @@ TEST_CASE("send_batch: a write that looks first is not sent where the peer close
     // (the clean ones' writes went out in the same submission and have arrived: a stale
     // one's would have too)
     for (std::size_t i = 0; i < stale; ++i) CHECK(pairs[i].server.available() == 0);
-    // A clean one was found empty: its answer's read waits for input instead of trying a
-    // recv first (net::read_waits_for_input), and gets the answer that comes.
-    auto probe = connect_pairs(io, 1);
-    fg::net::read_waits_for_input(probe[0].client);
-    if (fg::net::read_tries_first(probe[0].client)) return;  // (not this Boost's reactor)
+    // The clean ones' answers, sent after the look found their sockets empty, are read.
     std::vector<std::string> answers(n);
     std::vector<std::array<char, 64>> bufs_in(n);
     for (std::size_t i = stale; i < n; ++i) {
-      CHECK_FALSE(fg::net::read_tries_first(pairs[i].client));
       pairs[i].client.async_read_some(asio::buffer(bufs_in[i]), [&, i](boost::system::error_code ec, std::size_t m) {
         answers[i] = ec ? "error: " + ec.message() : std::string(bufs_in[i].data(), m);
       });
@@ -386,49 +380,3 @@ TEST_CASE("send_batch: where io_uring is refused, trying it closes no descriptor
   CHECK(fd0_same);
 }
 
-TEST_CASE("send_batch: a write read_next looks at its socket: found empty, the next read waits for input",
-          "[upstream]") {
-  asio::io_context io;
-  {
-    auto probe = connect_pairs(io, 1);  // (read_wait does nothing with a reactor it does not know)
-    fg::net::read_waits_for_input(probe[0].client);
-    if (fg::net::read_tries_first(probe[0].client)) return;
-  }
-  // Four connections; the peer of the first has already sent its next request.
-  auto pairs = connect_pairs(io, 4);
-  asio::write(pairs[0].server, asio::buffer(std::string_view("GET /next HTTP/1.1\r\n\r\n")));
-  REQUIRE(settle([&] { return pairs[0].client.available() > 0; }));
-  const std::string data = "HTTP/1.1 204 No Content\r\n\r\n";
-  std::array<asio::const_buffer, 1> bufs{asio::buffer(data)};
-  std::vector<result> results(pairs.size());
-  {
-    send_batch::collect sends;
-    if (!sends.active()) {
-      WARN("io_uring is not available here: writes go one by one, reads try first (not tested)");
-      return;
-    }
-    for (std::size_t i = 0; i < pairs.size(); ++i)
-      send_batch::current()->add(pairs[i].client, bufs, record(results[i]), false, send_batch::completes::whole, true);
-  }
-  io.run();
-  for (std::size_t i = 0; i < pairs.size(); ++i) {
-    INFO("connection " << i);
-    REQUIRE(results[i].called);
-    CHECK_FALSE(results[i].ec);
-    CHECK(read_exactly(pairs[i].server, data.size()) == data);
-    // Bytes already there: tried at once. Empty: waits for input.
-    CHECK(fg::net::read_tries_first(pairs[i].client) == (i == 0));
-  }
-  // Each read gets what comes: the first what was there, the others what is sent now.
-  std::vector<std::string> got(pairs.size());
-  std::vector<std::array<char, 64>> in(pairs.size());
-  for (std::size_t i = 0; i < pairs.size(); ++i)
-    pairs[i].client.async_read_some(asio::buffer(in[i]), [&, i](boost::system::error_code ec, std::size_t m) {
-      got[i] = ec ? "error: " + ec.message() : std::string(in[i].data(), m);
-    });
-  for (std::size_t i = 1; i < pairs.size(); ++i) asio::write(pairs[i].server, asio::buffer(std::string_view("GET /later HTTP/1.1\r\n\r\n")));
-  io.restart();
-  io.run_for(std::chrono::seconds(10));
-  CHECK(got[0] == "GET /next HTTP/1.1\r\n\r\n");
-  for (std::size_t i = 1; i < pairs.size(); ++i) CHECK(got[i] == "GET /later HTTP/1.1\r\n\r\n");
-}
