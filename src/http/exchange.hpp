@@ -12,16 +12,16 @@
 //   deadline::entry& watch();     // the exchange's deadline (its waits, its upstream)
 //   const net::address& peer() const;  std::string_view peer_str() const;
 //   std::string_view client_cert() const;  static constexpr std::string_view scheme;
-//   send_continue()               // deferred (error_code, size_t): "go on" (100-continue)
-//   bool start_body();            // the body's framing so far is sound (false: 400)
+//   awaitable<bool> send_continue();   // "go on" (100-continue); false: the client is gone
+//   bool start_body(bool chunked);     // the body's framing so far is sound (false: 400)
 //   read_body(buf, size, produced)       // awaitable<error_code>: the next piece of the body
 //   send_local(status, keep_alive, body, extra, content_type)  // awaitable<outcome>
 //   bool begin_response(rp, extra, may_keep_alive, response_start&);  // the head, built
 //   char* inline_room(n);         // room for a small body sent with the head
 //   response_piece(head_too, data, n, last)  // the buffers of a write of the response
-//   write(buffers)                // deferred (error_code, size_t), renewed as the client reads
+//   write(buffers)                // awaitable (error_code, size_t); its deadline renewed as the client reads
 //   awaitable<bool> wait_turn(ms);          // true: the client went away meanwhile
-//   awaitable<outcome> upgrade(up, rp, extra, renew, every, stats&);  // a WebSocket tunnel
+//   awaitable<bool> upgrade(up, rp, extra, renew, every, stats&);  // a WebSocket tunnel (false: none)
 //
 // The exchange's members are defined in exchange_limits.ipp (admission, the limits,
 // local answers, the access log) and exchange_upstream.ipp (the upstream half).
