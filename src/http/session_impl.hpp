@@ -142,6 +142,7 @@ class session {
   std::string peer_str_;
   head_scanner scanner_;
   lazy_optional<request_parser> parser_;
+  bool head_parsed_ = false;  // parser_ holds the head of the request being read or served
   chunk_vetter vetter_;  // a chunked request body's framing, followed as it comes
   chunk_vetter* body_vet_ = nullptr;  // &vetter_ while a chunked body is read
   std::string head_out_;  // the response head (and a small body behind it: inline_room)

@@ -28,6 +28,7 @@ asio::awaitable<outcome> session<Stream>::read_head(bool first) {
   auto& watch = conn_.watch();
   buffer.max_size(std::max({connection<Stream>::buffer_max, max + 1, buffer.size()}));
   scanner_.reset();
+  head_parsed_ = false;  // (parser_ may still hold the last request's head)
   auto deadline = first ? deadline::after(http.header_timeout) : clock::time_point::max();
   for (;;) {
     // Tolerate empty lines between pipelined requests (RFC 9112 §2.2).
@@ -120,6 +121,7 @@ unsigned session<Stream>::parse_head() {
   }
   conn_.buffer().consume(used);
   parser_->eager(true);
+  head_parsed_ = true;
   return 0;
 }
 

@@ -21,13 +21,13 @@ namespace fg::http::detail {
 template <class Stream>
 asio::awaitable<outcome> session<Stream>::send_local(unsigned status, bool keep_alive, std::string_view body,
                                                      std::string_view extra, std::string_view content_type) {
-  bool head = parser_ && parser_->is_header_done() && parser_->get().method() == bhttp::verb::head;
+  const bool head = head_parsed_ && parser_->get().method() == bhttp::verb::head;
   keep_alive = keep_alive && !ctx_.draining;
   local_response r;
   r.status = status;
   r.body = body;
   r.keep_alive = keep_alive;
-  r.request_id = ex_.request_id();
+  if (head_parsed_) r.request_id = ex_.request_id();
   r.head = head;
   r.extra = extra;
   if (!content_type.empty()) r.content_type = content_type;
@@ -38,17 +38,15 @@ asio::awaitable<outcome> session<Stream>::send_local(unsigned status, bool keep_
   co_return keep_alive ? outcome::keep_going : outcome::close;
 }
 
-// (Not a coroutine: send_local's frame is the only one.)
+// Counted, with an access-log line of its own (nothing of the connection's last request:
+// its head may still be in the parser). (Not a coroutine: send_local's frame is the only one.)
 template <class Stream>
 asio::awaitable<outcome> session<Stream>::reject(unsigned status) {
-  if (parser_ && parser_->is_header_done()) {
-    ex_.log_request(status);
-  } else if (requests_ == 0 || conn_.buffer().size()) {
-    // Rejected before a request head was parsed: still counted, and one access-log line.
+  if (requests_ == 0 || conn_.buffer().size()) {
     if (ctx_.metrics) ctx_.metrics->request(obs::metrics_layout::none, status);
     auto* log = ctx_.access.get();
     if (log && log->enabled())
-      log->write({peer_str_, "-", "-", status, 0, 0, -1, 0, ex_.request_id(), "", "", 0});
+      log->write({peer_str_, "-", "-", status, 0, 0, -1, 0, "", "", "", 0});
   }
   return send_local(status, false);
 }

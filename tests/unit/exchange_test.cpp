@@ -140,6 +140,9 @@ outcome run(rig& r, exchange& ex) {
   bool done = false;
   asio::co_spawn(r.ioc, serve(ex, out, done), rethrow);
   r.run_until([&] { return done; }, "the exchange to end");
+  // What the request held went back when its scope ended, not with the exchange.
+  CHECK(r.limits.requests == 0);
+  CHECK(r.source.releases == r.source.holds);
   return out;
 }
 

@@ -208,6 +208,27 @@ TEST_CASE("session: each failure stage gets its answer, and every exit gives the
   }
 }
 
+TEST_CASE("session: a bad head after a request is answered as its own, nothing of the request before it",
+          "[session]") {
+  rig r;
+  test_client c(r);
+  // The request before it was a HEAD, and carried an id: the 400 has its body, no id.
+  c.send("HEAD /a HTTP/1.1\r\nHost: x\r\nX-Request-Id: abc123\r\n\r\n");
+  r.run_until([&] { return c.received().find("\r\n\r\n") != std::string_view::npos; }, "the HEAD's answer");
+  const auto first = std::string(c.received());
+  c.send("GET / HTTP/1.1\r\nHost x\r\n\r\n");
+  r.run_until([&] { return c.ended || c.received().size() > first.size() + 20; }, "the 400");
+  r.run_until([&] { return c.ended; }, "the close");
+  auto rest = std::string(c.received().substr(first.size()));
+  auto res = responses(rest);
+  REQUIRE(res.size() == 1);
+  CHECK(res[0].result_int() == 400);
+  CHECK(res[0].body().size() == std::stoul(std::string(res[0][bhttp::field::content_length])));
+  CHECK_FALSE(res[0].body().empty());
+  CHECK(res[0].count("X-Request-Id") == 0);
+  r.check_released();
+}
+
 TEST_CASE("session: a response cut short by upstream is cut short for the client", "[session]") {
   rig r;
   r.answer = [](const auto&) { return reply{"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc", true}; };
