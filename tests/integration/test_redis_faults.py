@@ -82,18 +82,35 @@ def gateway_conns(g, proxy):
     return [c["id"] for c in proxy.open_conns() if c["client_port"] in mine]
 
 
+class NotYet:
+    """A false answer that says why (wait_for's timeout names the last one)."""
+
+    def __init__(self, why):
+        self.why = why
+
+    def __bool__(self):
+        return False
+
+    def __repr__(self):
+        return self.why
+
+
 def all_replaced(g, proxies, held):
     """Every connection in `held` ({id(proxy): [connection id]}) closed by the gateway, and
-    as many new ones of the gateway's open through each proxy, answered on."""
+    as many new ones of the gateway's open through each proxy, answered on; else NotYet
+    with what is missing."""
     mine = local_ports(g.proc.pid)
     for p in proxies:
         conns = {c["id"]: c for c in p.stats()["conns"]}
-        if not all(conns[i]["closed_by"] == "client" for i in held[id(p)]):
-            return False
+        left = [conns[i] for i in held[id(p)] if conns[i]["closed_by"] != "client"]
+        if left:
+            return NotYet(f"through {p.address}, not closed by the gateway: {left}")
         fresh = [c for c in conns.values() if c["closed_by"] is None and c["id"] not in held[id(p)]
                  and c["client_port"] in mine and c["down"] > 0]
         if len(fresh) < len(held[id(p)]):
-            return False
+            others = [c for c in conns.values() if c["closed_by"] is None and c["id"] not in held[id(p)]]
+            return NotYet(f"through {p.address}, {len(fresh)} new connections of the gateway's answered on, "
+                          f"{len(held[id(p)])} replaced; open: {others}; the gateway's ports: {sorted(mine)}")
     return True
 
 
