@@ -947,8 +947,11 @@ def redis_sentinel(tmp_path):
     yield from _until_stopped(RedisSentinel(tmp_path / "sentinel"))
 
 
-def local_ports(pid):
-    """The local ports of process `pid`'s TCP sockets (its fds' inodes in /proc/net/tcp*)."""
+def local_ports(pid, peer_port):
+    """The local ports of process `pid`'s TCP connections to port `peer_port` (its fds'
+    inodes in /proc/net/tcp*). By the port at both ends: an ephemeral port is shared by
+    connections of several processes to different destinations, so a port alone may be
+    another process's (a sentinel's link through the same proxy, say)."""
     inodes = set()
     for fd in Path(f"/proc/{pid}/fd").iterdir():
         try:
@@ -961,6 +964,6 @@ def local_ports(pid):
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         for line in Path(table).read_text().splitlines()[1:]:
             f = line.split()
-            if f[9] in inodes:
+            if f[9] in inodes and int(f[2].rsplit(":", 1)[1], 16) == peer_port:
                 ports.add(int(f[1].rsplit(":", 1)[1], 16))
     return ports

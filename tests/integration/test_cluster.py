@@ -318,7 +318,7 @@ def add_empty_master(cluster, tmp_path):
 
 def gateway_clients(cluster, port, g):
     """How many of the node's client connections are the gateway's own."""
-    mine = local_ports(g.proc.pid)
+    mine = local_ports(g.proc.pid, port)
     out = 0
     for line in cluster.cli(port, "client", "list").splitlines():
         addr = dict(f.split("=", 1) for f in line.split() if "=" in f).get("addr", "")

@@ -78,7 +78,7 @@ def stalled_events(g):
 def gateway_conns(g, proxy):
     """The ids of the connections open through `proxy` that are the gateway's own (not a
     sentinel's or a replica's, which may go through the same proxy)."""
-    mine = local_ports(g.proc.pid)
+    mine = local_ports(g.proc.pid, proxy.port)
     return [c["id"] for c in proxy.open_conns() if c["client_port"] in mine]
 
 
@@ -99,8 +99,8 @@ def all_replaced(g, proxies, held):
     """Every connection in `held` ({id(proxy): [connection id]}) closed by the gateway, and
     as many new ones of the gateway's open through each proxy, answered on; else NotYet
     with what is missing."""
-    mine = local_ports(g.proc.pid)
     for p in proxies:
+        mine = local_ports(g.proc.pid, p.port)
         conns = {c["id"]: c for c in p.stats()["conns"]}
         left = [conns[i] for i in held[id(p)] if conns[i]["closed_by"] != "client"]
         if left:
