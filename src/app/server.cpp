@@ -9,17 +9,16 @@
 #include <sys/resource.h>
 
 #include <algorithm>
-#include <csignal>
 #include <atomic>
 #include <condition_variable>
 #include <functional>
-#include <initializer_list>
 #include <optional>
 #include <thread>
 
 #include "admin/config_json.hpp"
 #include "admin/listener.hpp"
 #include "app/config_watch.hpp"
+#include "app/exit_signals.hpp"
 #include "app/side_files.hpp"
 #include "config/loader.hpp"
 #include "config/source_file.hpp"
@@ -102,14 +101,6 @@ std::string server::files_hash(const config::config& cfg) {
 namespace {
 unsigned worker_count(const config::config& cfg) {
   return cfg.workers ? cfg.workers : std::max(1u, std::thread::hardware_concurrency());
-}
-
-// Exiting: a signal changes nothing from now on (out of their sets, signals get their
-// default action back: a SIGTERM while the process tears down would end it by that one).
-void ignore_signals_from_now(std::initializer_list<asio::signal_set*> sets) {
-  boost::system::error_code ignored;
-  for (auto* set : sets) set->clear(ignored);
-  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGUSR1}) std::signal(sig, SIG_IGN);
 }
 }  // namespace
 
@@ -261,6 +252,7 @@ int server::run() {
   }
   // Ours before any worker starts (a SIGTERM then drains; one before run() waits in the set).
   // SIGHUP reloads (the file is watched too); SIGUSR1 opens the access log file again.
+  hold_signals_for_good();
   asio::signal_set signals(main_ioc, SIGTERM, SIGINT);
   int signal_number = 0;
   signals.async_wait([&](const boost::system::error_code& ec, int sig) {
