@@ -7,6 +7,7 @@ void entry::expire_now() {
   expired_ = true;
   boost::system::error_code ignored;
   if (socket_) socket_->cancel(ignored);
+  if (hook_) hook_(hook_arg_);
 }
 
 void board::sweep(clock::time_point now) {
@@ -23,6 +24,7 @@ void board::sweep(clock::time_point now) {
     s.expired_ = true;
     if (s.socket_) s.socket_->cancel(ignored);
     if (s.upstream_) s.upstream_->cancel(ignored);
+    if (s.hook_) s.hook_(s.hook_arg_);
   }
 }
 

@@ -64,6 +64,14 @@ class entry {
   void forget_upstream() { upstream_ = nullptr; }
   bool watches_upstream(const boost::asio::ip::tcp::socket* s) const { return upstream_ == s; }
 
+  // Waits that no socket of the entry's holds (an HTTP/2 stream's: its body to come, its
+  // turn to send) are ended through `fn(arg)`, called when the deadline passes (and by
+  // expire_now); it must only cancel (post), never run a wait's continuation inline.
+  void on_expire(void (*fn)(void*), void* arg) {
+    hook_ = fn;
+    hook_arg_ = arg;
+  }
+
  private:
   friend class board;
   boost::asio::ip::tcp::socket* socket_ = nullptr;
@@ -73,6 +81,8 @@ class entry {
   bool idle_ = true;
   bool lean_ = false;
   clock::time_point lean_at_ = clock::time_point::max();
+  void (*hook_)(void*) = nullptr;
+  void* hook_arg_ = nullptr;
 };
 
 // The entries of one worker. Not thread-safe: it lives on the worker's thread.

@@ -183,3 +183,23 @@ TEST_CASE("board: expire_now ends the wait at once, and a wait begun again befor
   r.settle();
   CHECK(again_done);
 }
+
+TEST_CASE("an entry's hook ends the waits no socket holds, at the deadline and by expire_now", "[deadline]") {
+  fg::deadline::board b;
+  auto w = b.open(nullptr);
+  int called = 0;
+  w->on_expire([](void* n) { ++*static_cast<int*>(n); }, &called);
+  w->arm_at(clock_type::now() + 1h);
+  b.sweep(clock_type::now());
+  CHECK(called == 0);
+  CHECK_FALSE(w->expired());
+  w->arm_at(clock_type::now());
+  b.sweep(clock_type::now() + 1ms);
+  CHECK(called == 1);
+  CHECK(w->expired());
+  w->arm_at(clock_type::now() + 1h);
+  w->expire_now();
+  CHECK(called == 2);
+  CHECK(w->expired());
+}
+
