@@ -9,10 +9,11 @@
 # Within 30 minutes on a fresh 2-core machine (CONTRIBUTING.md, "The test command's
 # budget"), so what waits on the network or the disk overlaps what needs the cores:
 # the test-only packages install while release compiles; the image test (debootstrap,
-# packages, buildah's copies; its compile answered by the release build's ccache) runs
-# beside the release tests and the sanitizer build; CTest runs the test files in
-# parallel (FG_TEST_JOBS, default 3: most of an integration test is waiting), the
-# longest first (COST in tests/CMakeLists.txt).
+# packages, buildah's copies; its compile answered by the release build's ccache) and
+# the sanitizer build (at a lower priority: the tests' processes come first) run beside
+# the release tests and the fuzz targets; CTest runs the test files in parallel
+# (FG_TEST_JOBS, default 3: most of an integration test is waiting), the longest first
+# (COST in tests/CMakeLists.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export FG_JOBS="${FG_JOBS:-$(nproc)}"
@@ -51,6 +52,12 @@ stage "image and package: the Dockerfile built with buildah and run, the .deb bu
 image_pid=$!
 bg+=("$image_pid")
 
+stage "sanitizer build (address,undefined; in the background, at a lower priority)"
+# (most of a release test is waiting for sockets: the compile takes the cores meanwhile)
+nice -n 10 scripts/build.sh asan >"$logs/asan-build.log" 2>&1 &
+asan_pid=$!
+bg+=("$asan_pid")
+
 stage "release: unit + integration tests (ctest -j$jobs)"
 ctest --test-dir build --output-on-failure -j"$jobs"
 
@@ -61,8 +68,8 @@ fi
 ninja -C build-fuzz -j"$FG_JOBS"
 ctest --test-dir build-fuzz --output-on-failure -j"$FG_JOBS"
 
-stage "sanitizer build (address,undefined)"
-scripts/build.sh asan
+stage "sanitizer build's result"
+finish "$asan_pid" "$logs/asan-build.log" "scripts/build.sh asan"
 
 stage "image and package tests' result"
 finish "$image_pid" "$logs/image.log" "tests/docker/test_image.sh, tests/package/test_package.sh"
