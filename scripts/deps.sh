@@ -6,23 +6,24 @@ set -euo pipefail
 # python3: CMake finds it when it configures the test entries (the tests run with it).
 build_pkgs=(g++ cmake ninja-build pkg-config ccache python3 libsystemd-dev libboost1.81-dev libboost-system1.81-dev
             libboost-program-options1.81-dev libboost-url1.81-dev libboost-json1.81-dev libyaml-cpp-dev libspdlog-dev
-            libhiredis-dev libc-ares-dev libssl-dev libhowardhinnant-date-dev prometheus-cpp-dev libjemalloc-dev liburing-dev catch2 curl)
+            libhiredis-dev libc-ares-dev libssl-dev libhowardhinnant-date-dev prometheus-cpp-dev libjemalloc-dev liburing-dev libnghttp2-dev catch2 curl)
 # What `ldd build/src/floodgate` needs, by Debian package (libc6, libgcc-s1 and
 # libstdc++6 are in every Debian system already).
 # ca-certificates: the system's CA store, which upstreams' TLS verifies against by default;
 # tzdata: the time zones of calendar windows (align: calendar).
 runtime_pkgs=(ca-certificates tzdata libsystemd0 libdate-tz3 libboost-program-options1.81.0 libboost-url1.81.0 libboost-json1.81.0 libyaml-cpp0.7 libspdlog1.10
-              libfmt9 libhiredis0.14 libc-ares2 libssl3 libprometheus-cpp-core1.0 libjemalloc2 liburing2)
+              libfmt9 libhiredis0.14 libc-ares2 libssl3 libprometheus-cpp-core1.0 libjemalloc2 liburing2 libnghttp2-14)
 # buildah, debootstrap and iproute2: the image test (tests/docker/test_image.sh) builds and runs
 # the Dockerfile's image without a Docker engine; python3-yaml reads docker/'s files;
 # redis-sentinel for the Sentinel fixture (tests/integration/conftest.py, RedisSentinel).
 # clang-16, libfuzzer-16-dev and libclang-rt-16-dev: the fuzz targets (tests/fuzz, scripts/fuzz.sh).
 # wrk: the rate floods of tests/integration/test_accuracy.py (and the benchmarks).
 # testssl.sh: test_tls.py checks the TLS listener with it (protocols, ciphers, SNI).
+# nghttp2-client (nghttp, h2load) and python3-h2 (frames written by hand): the HTTP/2 tests.
 # kubernetes-client: kubectl 1.20, whose kustomize (v2.0.3) renders docker/k8s/'s overlays
 # for tests/docker/test_files.py.
 test_pkgs=(redis-server redis-sentinel python3 python3-pytest python3-yaml openssl testssl.sh faketime buildah debootstrap iproute2 wrk
-           clang-16 libfuzzer-16-dev libclang-rt-16-dev kubernetes-client)
+           clang-16 libfuzzer-16-dev libclang-rt-16-dev kubernetes-client nghttp2-client python3-h2)
 bench_pkgs=(nginx-light haproxy util-linux procps)
 # The Debian package (scripts/package.sh): dpkg-shlibdeps, help2man for the man page;
 # lintian checks it, systemd-analyze scores its unit (tests/package/test_package.sh).

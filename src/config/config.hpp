@@ -113,6 +113,14 @@ struct http_config {
   std::size_t max_connections = 0;
 };
 
+// HTTP/2 to clients: by ALPN on the TLS listener, with prior knowledge on the plain one.
+struct http2_config {
+  bool tls = true;         // the TLS listener offers h2 (then http/1.1) by ALPN
+  bool cleartext = false;  // the plain listener takes HTTP/2 with prior knowledge (the preface)
+  unsigned max_concurrent_streams = 100;  // per connection; a stream beyond is refused
+  bool operator==(const http2_config&) const = default;
+};
+
 // A certificate chain and its private key, PEM files (`where`: the line of the entry,
 // "file:line", for the errors found when they are read).
 struct tls_certificate {
@@ -128,7 +136,7 @@ inline constexpr const char* intermediate_ciphers =
     "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:"
     "ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305";
 
-// A second listener that terminates TLS (1.2 and 1.3, ALPN http/1.1), its certificate
+// A second listener that terminates TLS (1.2 and 1.3, ALPN h2 and http/1.1), its certificate
 // chosen by SNI among `certificates` (the first: the default).
 struct tls_config {
   std::optional<endpoint> listen;  // absent: no TLS listener
@@ -382,6 +390,7 @@ struct config {
   redis_config redis;
   client_ip_config client_ip;
   http_config http;
+  http2_config http2;
   tls_config tls;
   resolver_config resolver;
   std::vector<upstream_config> upstreams;

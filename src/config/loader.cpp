@@ -71,6 +71,7 @@ class loader {
     if (auto n = top.get("redis"); present(n)) redis(n, c.redis);
     if (auto n = top.get("client_ip"); present(n)) client_ip(n, c.client_ip);
     if (auto n = top.get("http"); present(n)) http(n, c.http);
+    if (auto n = top.get("http2"); present(n)) http2(n, c.http2);
     if (auto n = top.get("resolver"); present(n)) resolver(n, c.resolver);
     if (auto n = top.get("tls"); present(n)) tls(n, c.tls);
     r_.client_certificates = !c.tls.client_ca.empty();
@@ -257,6 +258,14 @@ class loader {
     if (auto n = o.get("drain_timeout"); present(n)) set(h.drain_timeout, positive_duration(n));
     if (auto n = o.get("max_connections"); present(n)) set(h.max_connections, r_.unsigned_int(n, 0, 10'000'000));
     if (auto n = o.get("max_delayed"); present(n)) set(h.max_delayed, r_.unsigned_int(n, 0, 1'000'000));
+  }
+
+  void http2(const YAML::Node& node, http2_config& h) {
+    yaml_reader::object o(r_, node, "http2");
+    if (auto n = o.get("tls"); present(n)) set(h.tls, r_.boolean(n));
+    if (auto n = o.get("cleartext"); present(n)) set(h.cleartext, r_.boolean(n));
+    if (auto n = o.get("max_concurrent_streams"); present(n))
+      set(h.max_concurrent_streams, r_.unsigned_int(n, 1, 10'000));
   }
 
   void tls(const YAML::Node& node, tls_config& t) {

@@ -12,6 +12,7 @@
 //   deadline::entry& watch();     // the exchange's deadline (its waits, its upstream)
 //   const net::address& peer() const;  std::string_view peer_str() const;
 //   std::string_view client_cert() const;  static constexpr std::string_view scheme;
+//   std::string_view protocol() const;  // the access log's: "HTTP/1.1", "HTTP/2"
 //   awaitable<bool> send_continue();   // "go on" (100-continue); false: the client is gone
 //   bool start_body(bool chunked);     // the body's framing so far is sound (false: 400)
 //   read_body(buf, size, produced)       // awaitable<error_code>: the next piece of the body

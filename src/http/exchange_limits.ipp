@@ -96,6 +96,7 @@ void exchange<Down>::log_request(unsigned status) {
   r.request_id = ad_.request_id;
   if (ad_.route >= 0) r.route = rt_->cfg->routes[static_cast<std::size_t>(ad_.route)].name;
   r.delay_ms = delayed_ms_;
+  r.protocol = down_.protocol();
   for (const auto& c : limits_.checks)
     if (limits_.asked && !c.cfg->plan.empty()) {
       r.plan = c.cfg->plan;

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "http/connection.hpp"
+#include "http/h2.hpp"
 #include "http/parked.hpp"
 #include "http/session_read.ipp"
 #include "http/session_write.ipp"
@@ -25,15 +26,26 @@ void spawn(worker_context& ctx, Stream stream, connection_slot slot, const net::
 template <class Stream>
 asio::awaitable<void> serve(worker_context& ctx, Stream stream, connection_slot slot, net::address peer,
                             bool resumed) {
-  std::optional<typename connection<Stream>::released> idle;
+  std::optional<typename connection<Stream>::released> idle, h2;
+  std::string preread, subject;
   {
-    std::string subject;
-    if constexpr (is_tls<Stream>) subject = tls_server::client_subject(stream.native_handle());
+    if constexpr (is_tls<Stream>) {
+      subject = tls_server::client_subject(stream.native_handle());
+      // (a parked connection was HTTP/1.1's: HTTP/2 connections are not parked)
+      if (!resumed && tls_server::chose_h2(stream.native_handle())) {
+        co_await serve_h2(ctx, std::move(stream), std::move(slot), peer, {}, std::move(subject));
+        co_return;
+      }
+    }
     session<Stream> s(ctx, std::move(stream), std::move(slot), peer, resumed);
     if constexpr (is_tls<Stream>) s.set_client_cert(std::move(subject));
     // (GCC 12: no co_await inside a condition.)
     const bool to_park = co_await s.run();
     if (to_park) idle.emplace(s.release());
+    else if (s.wants_h2()) preread = s.take_preread(), h2.emplace(s.release());
+  }
+  if constexpr (is_socket<Stream>) {
+    if (h2) co_await serve_h2(ctx, std::move(h2->stream), std::move(h2->slot), peer, std::move(preread), {});
   }
   // (the address is asked for again on the return: kept, it would grow every parked connection)
   if (idle)

@@ -26,6 +26,7 @@
 #include "http/connection.hpp"
 #include "http/exchange.hpp"
 #include "http/framing.hpp"
+#include "http/h2.hpp"
 #include "http/stream_io.hpp"
 #include "http/tunnel.hpp"
 #include "http/worker_context.hpp"
@@ -94,6 +95,10 @@ class session {
   // The subject of the connection's verified client certificate (a limit's client_cert key).
   void set_client_cert(std::string subject) { client_cert_ = std::move(subject); }
   typename connection<Stream>::released release() { return conn_.release(); }
+  // The client began with HTTP/2's preface (http2.cleartext): run() ended for it, and
+  // the bytes read so far are taken here (the connection is HTTP/2's from now on).
+  bool wants_h2() const { return !preread_.empty(); }
+  std::string take_preread() { return std::move(preread_); }
 
   // The exchange's downstream (exchange.hpp): the request it reads, its body, its answers.
   const bhttp::request_header<>& request() const { return parser_->get().base(); }
@@ -105,6 +110,8 @@ class session {
   std::string_view client_cert() const { return client_cert_; }
   // X-Forwarded-Proto: the listener's scheme, not the client's say.
   static constexpr std::string_view scheme = is_tls<Stream> ? "https" : "http";
+  // The access log's: as the request line said it.
+  std::string_view protocol() const { return parser_->get().version() == 10 ? "HTTP/1.0" : "HTTP/1.1"; }
   asio::awaitable<bool> send_continue();
   bool start_body(bool chunked);
   asio::awaitable<error_code> read_body(char* data, std::size_t size, std::size_t& produced);
@@ -128,6 +135,10 @@ class session {
   // session_read.ipp: the request head, the connection's close.
   asio::awaitable<outcome> read_head(bool first);
   unsigned parse_head();
+  // The client's first bytes against HTTP/2's preface (http2.cleartext, plain listener):
+  // whole, they are taken into preread_.
+  enum class preface_seen { none, part, whole };
+  preface_seen h2_preface_in(beast::flat_buffer& buffer);
   // An answer to bytes that make no request (400, 408, 431 while a head is read).
   asio::awaitable<outcome> reject(unsigned status);
   asio::awaitable<void> lingering_close();
@@ -153,6 +164,7 @@ class session {
   body_write writes_;  // the buffers of the response write in flight
   std::size_t requests_ = 0;
   std::string client_cert_;
+  std::string preread_;  // (see wants_h2)
   exchange<session> ex_{ctx_, *this};  // (last: gone first, with what its request holds)
 };
 

@@ -21,32 +21,33 @@ session<Stream>::session(worker_context& ctx, Stream stream, connection_slot slo
 template <class Stream>
 asio::awaitable<outcome> session<Stream>::read_head(bool first) {
   const auto& http = ex_.rt().cfg->http;
-  const auto max = http.max_header_bytes;
   // Room for a whole head of http.max_header_bytes and one byte more (what tells 431),
   // whatever a reload made of it.
   auto& buffer = conn_.buffer();
   auto& watch = conn_.watch();
-  buffer.max_size(std::max({connection<Stream>::buffer_max, max + 1, buffer.size()}));
+  buffer.max_size(std::max({connection<Stream>::buffer_max, http.max_header_bytes + 1, buffer.size()}));
   scanner_.reset();
   head_parsed_ = false;  // (parser_ may still hold the last request's head)
   auto deadline = first ? deadline::after(http.header_timeout) : clock::time_point::max();
   for (;;) {
     // Tolerate empty lines between pipelined requests (RFC 9112 §2.2).
     while (bytes_of(buffer).starts_with("\r\n")) buffer.consume(2);
+    const auto preface = first ? h2_preface_in(buffer) : preface_seen::none;
+    if (preface == preface_seen::whole) co_return outcome::h2;
     if (buffer.size() > 0) {
       watch.set_busy();
       if (deadline == clock::time_point::max()) deadline = deadline::after(http.header_timeout);
-      auto data = bytes_of(buffer).substr(0, max + 1);
-      auto st = scanner_.scan(data);
+      auto st = preface == preface_seen::part ? head_scanner::state::need_more
+                                              : scanner_.scan(bytes_of(buffer).substr(0, http.max_header_bytes + 1));
       if (st == head_scanner::state::complete) {
-        if (scanner_.head_size() > max) co_return co_await reject(431);
+        if (scanner_.head_size() > http.max_header_bytes) co_return co_await reject(431);
         break;
       }
       if (st == head_scanner::state::bad) {
         spdlog::debug("{}: rejected request: {}", peer_str_, scanner_.error());
         co_return co_await reject(400);
       }
-      if (buffer.size() > max) co_return co_await reject(431);
+      if (buffer.size() > http.max_header_bytes) co_return co_await reject(431);
     } else {
       watch.set_idle();
       if (ctx_.draining) {
@@ -98,6 +99,21 @@ asio::awaitable<outcome> session<Stream>::read_head(bool first) {
   co_return outcome::keep_going;
 }
 
+template <class Stream>
+typename session<Stream>::preface_seen session<Stream>::h2_preface_in(beast::flat_buffer& buffer) {
+  if constexpr (is_socket<Stream>) {
+    if (!ex_.rt().cfg->http2.cleartext || buffer.size() == 0) return preface_seen::none;
+    const auto got = bytes_of(buffer).substr(0, h2_preface.size());
+    if (!h2_preface.starts_with(got)) return preface_seen::none;
+    if (got != h2_preface) return preface_seen::part;
+    preread_.assign(bytes_of(buffer));
+    buffer.consume(buffer.size());
+    return preface_seen::whole;
+  } else {
+    return preface_seen::none;
+  }
+}
+
 // Beast parses the head we have vetted: 0, or the status that refuses it (400; 431 for
 // a field Beast cannot hold, over 64 KiB, even where http.max_header_bytes allows the head).
 template <class Stream>
@@ -131,6 +147,7 @@ asio::awaitable<bool> session<Stream>::run() {
     ex_.use_current();
     auto o = co_await read_head(requests_ == 0);
     if (o == outcome::park) co_return true;
+    if (o == outcome::h2) co_return false;  // (the connection goes on as HTTP/2: see wants_h2)
     if (o == outcome::keep_going) {
       // One request, in this frame (a frame per request costs an allocation's worth),
       // under the configuration in effect when its head arrived, to its end: the

@@ -38,7 +38,7 @@ static_assert(body_chunk == 32 * 1024, "http::worker_context::bodies lends block
 // What a connection does after an exchange: read its next request, close it (lingering:
 // the client may still be sending), or nothing more (it is closed or gone); park: the
 // connection idles between requests (a session's own).
-enum class outcome { keep_going, close, closed, park };
+enum class outcome { keep_going, close, closed, park, h2 };
 
 // What a buffer holds, as text.
 inline std::string_view bytes_of(const beast::flat_buffer& b) {

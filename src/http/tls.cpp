@@ -144,10 +144,16 @@ std::vector<std::string> names_of(X509* cert) {
 }
 
 constexpr unsigned char alpn_http11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+// h2 first: a client offering both gets HTTP/2 (RFC 7301: the server's preference).
+constexpr unsigned char alpn_h2_http11[] = {2, 'h', '2', 8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
 
-int select_alpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in, unsigned inlen, void*) {
+// `arg`: non-null when h2 is offered (http2.tls).
+int select_alpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in, unsigned inlen,
+                void* arg) {
   unsigned char* chosen = nullptr;
-  if (SSL_select_next_proto(&chosen, outlen, alpn_http11, sizeof alpn_http11, in, inlen) != OPENSSL_NPN_NEGOTIATED)
+  const bool h2 = arg != nullptr;
+  if (SSL_select_next_proto(&chosen, outlen, h2 ? alpn_h2_http11 : alpn_http11,
+                            h2 ? sizeof alpn_h2_http11 : sizeof alpn_http11, in, inlen) != OPENSSL_NPN_NEGOTIATED)
     return SSL_TLSEXT_ERR_ALERT_FATAL;  // no_application_protocol: it offers only what we do not speak
   *out = chosen;
   return SSL_TLSEXT_ERR_OK;
@@ -156,6 +162,13 @@ int select_alpn(SSL*, const unsigned char** out, unsigned char* outlen, const un
 }  // namespace
 
 tls_server::~tls_server() = default;
+
+bool tls_server::chose_h2(void* ssl) {
+  const unsigned char* p = nullptr;
+  unsigned n = 0;
+  SSL_get0_alpn_selected(static_cast<SSL*>(ssl), &p, &n);
+  return n == 2 && p[0] == 'h' && p[1] == '2';
+}
 
 std::string tls_server::client_subject(void* handle) {
   auto* s = static_cast<SSL*>(handle);
@@ -194,7 +207,7 @@ std::size_t tls_server::choose(std::string_view server_name) const {
   return 0;
 }
 
-std::shared_ptr<const tls_server> tls_server::build(const config::tls_config& cfg, std::string& error) {
+std::shared_ptr<const tls_server> tls_server::build(const config::tls_config& cfg, bool h2, std::string& error) {
   std::shared_ptr<tls_server> out(new tls_server);
   // Sessions resume only under the client-certificate settings they were made under: a
   // resumed session keeps the certificate its first handshake verified, so a reload that
@@ -237,7 +250,7 @@ std::shared_ptr<const tls_server> tls_server::build(const config::tls_config& cf
     // ticket's encryption and session copy on every new connection; a client resumes with one).
     SSL_CTX_set_num_tickets(ctx, 1);
     SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx, ticket_key_cb);
-    SSL_CTX_set_alpn_select_cb(ctx, select_alpn, nullptr);
+    SSL_CTX_set_alpn_select_cb(ctx, select_alpn, h2 ? const_cast<unsigned char*>(alpn_h2_http11) : nullptr);
     if (!cfg.client_ca.empty()) {
       // Client certificates (mTLS): asked for with the CA's names, verified against it.
       STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(cfg.client_ca.c_str());
@@ -278,7 +291,7 @@ std::optional<tls_contexts> tls_contexts::read(const config::config& cfg, std::v
   tls_contexts out;
   const auto before = errors.size();
   std::string error;
-  if (cfg.tls.listen && !(out.listener = tls_server::build(cfg.tls, error))) errors.push_back(error);
+  if (cfg.tls.listen && !(out.listener = tls_server::build(cfg.tls, cfg.http2.tls, error))) errors.push_back(error);
   for (const auto& u : cfg.upstreams) {
     out.upstreams.emplace_back();
     if (!u.tls.enabled) continue;

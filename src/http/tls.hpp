@@ -22,7 +22,7 @@ namespace fg::http {
 // tls.certificates, the first the default, another chosen during the handshake by the
 // name the client asks for (SNI: an exact name of a certificate's subjectAltName, or
 // else CN, then a wildcard `*.example.com` for one label). TLS 1.2 and 1.3 only, the
-// configured TLS 1.2 suites, ALPN http/1.1 (a client that offers only other protocols
+// configured TLS 1.2 suites, ALPN h2 (unless http2.tls is off) and http/1.1 (a client that offers only other protocols
 // is refused, as nginx does), no renegotiation, no compression, a server-side session
 // cache and tickets for resumption, and OpenSSL's buffers given back while a
 // connection is idle (SSL_MODE_RELEASE_BUFFERS). Immutable once built: a reload builds
@@ -35,7 +35,8 @@ class tls_server {
 
   // Reads every certificate and key; null with `error` ("file:line: tls certificate
   // PATH: what OpenSSL says") when one cannot be used.
-  static std::shared_ptr<const tls_server> build(const config::tls_config& cfg, std::string& error);
+  // `h2`: ALPN offers h2 before http/1.1 (http2.tls).
+  static std::shared_ptr<const tls_server> build(const config::tls_config& cfg, bool h2, std::string& error);
 
   // The default context, which a new connection starts from.
   SSL_CTX* context() const;
@@ -46,6 +47,8 @@ class tls_server {
   // The subject (RFC 2253, "CN=app-1,O=Example") of the client certificate a handshake
   // on `ssl` (an SSL*) verified, "" when it has none.
   static std::string client_subject(void* ssl);
+  // Whether the client chose h2 by ALPN in the handshake on `ssl` (an SSL*).
+  static bool chose_h2(void* ssl);
 
  private:
   tls_server() = default;

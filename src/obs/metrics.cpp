@@ -242,6 +242,11 @@ std::string render_metrics(const config::config& cfg, std::span<const worker_met
   }
   families.push_back({"floodgate_downstream_connections", "Open downstream (client) connections.", MetricType::Gauge,
                       {gauge_of({}, static_cast<double>(gauges.open_connections))}});
+  families.push_back({"floodgate_http2_connections", "Open downstream connections speaking HTTP/2.",
+                      MetricType::Gauge,
+                      {gauge_of({}, static_cast<double>(sum(workers, [](const worker_metrics& w) { return w.h2_connections(); })))}});
+  families.push_back({"floodgate_http2_streams_total", "HTTP/2 streams (requests) begun by clients.", MetricType::Counter,
+                      {counter_of({}, sum(workers, [](const worker_metrics& w) { return w.h2_streams(); }))}});
   families.push_back({"floodgate_upstream_idle_connections", "Idle upstream connections in the pools.",
                       MetricType::Gauge, {gauge_of({}, static_cast<double>(gauges.pooled_connections))}});
   for (auto& f : upstream_servers(gauges)) families.push_back(std::move(f));

@@ -124,6 +124,11 @@ class worker_metrics {
   // A store call answered in `us` microseconds.
   void store_time(std::uint64_t us) { observe(store_latency_.data(), store_bounds_us, us); }
   void store_error(store_cause c) { bump(store_errors_[static_cast<unsigned>(c)]); }
+  // An HTTP/2 connection opened (+1) or ended (-1); a stream begun on one.
+  void h2_connection(int delta) {
+    h2_connections_.store(read(h2_connections_) + static_cast<std::uint64_t>(delta), std::memory_order_relaxed);
+  }
+  void h2_stream() { bump(h2_streams_); }
 
   // Read from any thread.
   std::uint64_t requests(std::size_t slot, unsigned klass) const {
@@ -142,6 +147,8 @@ class worker_metrics {
   std::uint64_t store_calls() const { return read(store_calls_); }
   std::uint64_t store_call_requests() const { return read(store_call_requests_); }
   std::uint64_t store_errors(store_cause c) const { return read(store_errors_[static_cast<unsigned>(c)]); }
+  std::uint64_t h2_connections() const { return read(h2_connections_); }
+  std::uint64_t h2_streams() const { return read(h2_streams_); }
 
  private:
   static void bump(counter& c) { c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
@@ -163,6 +170,7 @@ class worker_metrics {
   counter store_calls_{0}, store_call_requests_{0};
   std::array<counter, store_bounds_us.size() + 2> store_latency_{};
   counter store_errors_[cause_count] = {};
+  counter h2_connections_{0}, h2_streams_{0};
 };
 
 // One server of an upstream, as the scrape shows it (upstream::server_health).

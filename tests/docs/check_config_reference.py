@@ -36,6 +36,7 @@ SECTIONS = {
     ("loader.cpp", "liveness", "o"): "redis.",
     ("loader.cpp", "client_ip", "o"): "client_ip.",
     ("loader.cpp", "http", "o"): "http.",
+    ("loader.cpp", "http2", "o"): "http2.",
     ("loader.cpp", "resolver", "o"): "resolver.",
     ("loader.cpp", "tls", "o"): "tls.",
     ("loader.cpp", "certificate", "co"): "tls.certificates[].",

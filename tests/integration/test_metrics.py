@@ -23,7 +23,7 @@ def scrape(g):
 def value(series, name, **labels):
     want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
     for key, v in series.items():
-        m = re.fullmatch(r"([a-z_]+)(?:\{(.*)\})?", key)
+        m = re.fullmatch(r"([a-z_][a-z0-9_]*)(?:\{(.*)\})?", key)
         got = ",".join(sorted((m.group(2) or "").split(","))) if m.group(2) else ""
         if m.group(1) == name and got == want:
             return v

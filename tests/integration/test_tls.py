@@ -1,6 +1,6 @@
 """The TLS listener (tls:): the certificate chosen by SNI (exact names, a wildcard, the
-first as the default), TLS 1.2 and 1.3 with ALPN http/1.1 (a client offering only h2 is
-refused), session resumption, keep-alive, X-Forwarded-Proto from the listener (never
+first as the default), TLS 1.2 and 1.3 with ALPN h2 and http/1.1 (a client offering
+neither is refused), session resumption, keep-alive, X-Forwarded-Proto from the listener (never
 from the client), the handshake bounded in time and in number (a flood of silent
 handshakes does not stop the connections already served), certificates read again on a
 reload and when their files change (a bad one keeps the old), client certificates
@@ -131,13 +131,16 @@ def test_tls_versions_alpn_keep_alive_and_forwarded_proto(gateway_factory, certs
             for _ in range(3):
                 h = echo(s, "X-Forwarded-Proto: http\r\n")
                 assert h["x-forwarded-proto"] == "https", h
+    # HTTP/2 first by ALPN (http2.tls, on by default; test_http2.py speaks it).
     with tls_connect(g, ctx=client_context(alpn=("h2", "http/1.1"))) as s:
-        assert s.selected_alpn_protocol() == "http/1.1"
+        assert s.selected_alpn_protocol() == "h2"
+    with tls_connect(g, ctx=client_context(alpn=("h2",))) as s:
+        assert s.selected_alpn_protocol() == "h2"
     with tls_connect(g, ctx=client_context(alpn=None)) as s:
         assert s.selected_alpn_protocol() is None
         echo(s)
     with pytest.raises(ssl.SSLError, match="NO_APPLICATION_PROTOCOL|no application protocol"):
-        tls_connect(g, ctx=client_context(alpn=("h2",)))
+        tls_connect(g, ctx=client_context(alpn=("spdy/3", "h3")))
     # The plain listener still speaks plain HTTP, with its own proto.
     with g.connect() as s:
         assert echo(s)["x-forwarded-proto"] == "http"

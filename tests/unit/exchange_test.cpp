@@ -45,6 +45,7 @@ struct fake_down {
   int writes = 0;
 
   static constexpr std::string_view scheme = "https";
+  std::string_view protocol() const { return "HTTP/2"; }
 
   fake_down(fg::http::worker_context& c, bhttp::verb method, std::string target)
       : ctx(c), entry(c.deadlines.open(nullptr)) {
