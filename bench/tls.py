@@ -107,33 +107,40 @@ routes:
     return subprocess.Popen(["taskset", "-c", SERVER_CORE, FLOODGATE, "--config", str(conf)])
 
 
+def start_proxies(work, procs, http2=False):
+    """A certificate, the origin, nginx terminating TLS before it (`http2`: with its
+    http2 on) and floodgate's TLS listener, started into `procs`: their ports and pids."""
+    cert, key = work / "cert.pem", work / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", "/CN=bench.test"],
+                   check=True, capture_output=True)
+    origin_port, nginx_port, fg_port = free_port(), free_port(), free_port()
+    procs.append(nginx(work, "origin", f"listen 127.0.0.1:{origin_port} backlog=4096; "
+                                       'location / { return 200 "ok\\n"; }'))
+    listen = f"listen 127.0.0.1:{nginx_port} ssl{' http2' if http2 else ''} backlog=4096; "
+    procs.append(nginx(work, "proxy",
+                       listen + f"ssl_certificate {cert}; "
+                       f"ssl_certificate_key {key}; ssl_protocols TLSv1.2 TLSv1.3; keepalive_timeout 120s; "
+                       "ssl_session_cache shared:SSL:10m; "
+                       "location / { proxy_pass http://origin; proxy_http_version 1.1; "
+                       'proxy_set_header Connection ""; }',
+                       f"upstream origin {{ server 127.0.0.1:{origin_port}; keepalive 1024; }}", connections=20000))
+    procs.append(floodgate(work, fg_port, origin_port, cert, key))
+    for p in (origin_port, nginx_port, fg_port):
+        wait_port(p)
+    pids = {"nginx": children(procs[1].pid) or [procs[1].pid], "floodgate": [procs[2].pid]}
+    return {"nginx": nginx_port, "floodgate": fg_port}, pids
+
+
 def main():
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # 10,000 client sockets and more
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 30_000), hard))
     seconds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
     work = Path(tempfile.mkdtemp(prefix="fg-tls-bench-"))
-    cert, key = work / "cert.pem", work / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-                    "-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", "/CN=bench.test"],
-                   check=True, capture_output=True)
-    origin_port, nginx_port, fg_port = free_port(), free_port(), free_port()
     procs = []
     try:
-        procs.append(nginx(work, "origin", f"listen 127.0.0.1:{origin_port} backlog=4096; "
-                                           'location / { return 200 "ok\\n"; }'))
-        procs.append(nginx(work, "proxy",
-                           f"listen 127.0.0.1:{nginx_port} ssl backlog=4096; ssl_certificate {cert}; "
-                           f"ssl_certificate_key {key}; ssl_protocols TLSv1.2 TLSv1.3; keepalive_timeout 120s; "
-                           "ssl_session_cache shared:SSL:10m; "
-                           "location / { proxy_pass http://origin; proxy_http_version 1.1; "
-                           'proxy_set_header Connection ""; }',
-                           f"upstream origin {{ server 127.0.0.1:{origin_port}; keepalive 1024; }}", connections=20000))
-        procs.append(floodgate(work, fg_port, origin_port, cert, key))
-        for p in (origin_port, nginx_port, fg_port):
-            wait_port(p)
-        pids = {"nginx": children(procs[1].pid) or [procs[1].pid], "floodgate": [procs[2].pid]}
-        ports = {"nginx": nginx_port, "floodgate": fg_port}
+        ports, pids = start_proxies(work, procs)
         loads = [("keep-alive c=64", 64, False), ("keep-alive c=256", 256, False),
                  ("resumed, new conn. c=64", 64, True)]
         results = {(load, name): [] for load, _, _ in loads for name in ports}
