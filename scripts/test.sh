@@ -9,9 +9,9 @@
 # Within 30 minutes on a fresh 2-core machine (CONTRIBUTING.md, "The test command's
 # budget"), so what waits on the network or the disk overlaps what needs the cores:
 # the test-only packages install while release compiles; the image test (debootstrap,
-# packages, buildah's copies; its compile answered by the release build's ccache) and
-# the sanitizer build (at a lower priority: the tests' processes come first) run beside
-# the release tests and the fuzz targets; CTest runs the test files in parallel
+# packages, buildah's copies; its compile answered by the release build's ccache), the
+# sanitizer build and the fuzz targets (at lower priorities: the tests' processes come
+# first, then the sanitizer build) run beside the release tests; CTest runs the test files in parallel
 # (FG_TEST_JOBS, default 3: most of an integration test is waiting), the longest first
 # (COST in tests/CMakeLists.txt).
 set -euo pipefail
@@ -52,21 +52,28 @@ stage "image and package: the Dockerfile built with buildah and run, the .deb bu
 image_pid=$!
 bg+=("$image_pid")
 
-stage "sanitizer build (address,undefined; in the background, at a lower priority)"
-# (most of a release test is waiting for sockets: the compile takes the cores meanwhile)
-nice -n 10 scripts/build.sh asan >"$logs/asan-build.log" 2>&1 &
+# The sanitizer build is the longest way to the end (its tests wait for it): it takes what
+# the cores have to spare while the release tests wait on sockets, ahead of the fuzz
+# targets (whose smoke run is bounded in time, not in work, and can go slower).
+stage "sanitizer build (address,undefined) and fuzz targets (clang-16 libFuzzer): in the background, at lower priorities"
+nice -n 5 scripts/build.sh asan >"$logs/asan-build.log" 2>&1 &
 asan_pid=$!
 bg+=("$asan_pid")
+# (built, its seed corpora replayed, a short run each)
+{
+  if [ ! -f build-fuzz/build.ninja ]; then
+    cmake -S tests/fuzz -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++-16 >/dev/null
+  fi
+  nice -n 15 ninja -C build-fuzz -j"$FG_JOBS" && nice -n 15 ctest --test-dir build-fuzz --output-on-failure -j"$FG_JOBS"
+} >"$logs/fuzz.log" 2>&1 &
+fuzz_pid=$!
+bg+=("$fuzz_pid")
 
 stage "release: unit + integration tests (ctest -j$jobs)"
 ctest --test-dir build --output-on-failure -j"$jobs"
 
-stage "fuzz targets (clang-16 libFuzzer, ASan+UBSan): built, seed corpora replayed, a short run each"
-if [ ! -f build-fuzz/build.ninja ]; then
-  cmake -S tests/fuzz -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++-16 >/dev/null
-fi
-ninja -C build-fuzz -j"$FG_JOBS"
-ctest --test-dir build-fuzz --output-on-failure -j"$FG_JOBS"
+stage "fuzz targets' result"
+finish "$fuzz_pid" "$logs/fuzz.log" "the fuzz targets (tests/fuzz)"
 
 stage "sanitizer build's result"
 finish "$asan_pid" "$logs/asan-build.log" "scripts/build.sh asan"
