@@ -81,7 +81,10 @@ void cluster_client::park(std::shared_ptr<call> c) {
 void cluster_client::release_parked() {
   // Where the map (new, or as it was if none came) says now.
   auto calls = std::exchange(parked_, {});
-  for (auto& c : calls) dispatch(std::move(c), node_of(c->slot), false);
+  for (auto& c : calls) {
+    const auto to = node_of(c->slot);  // before the move: arguments are evaluated in no set order
+    dispatch(std::move(c), to, false);
+  }
 }
 
 void cluster_client::drop(std::size_t i) {
