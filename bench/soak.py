@@ -189,6 +189,7 @@ class Soak:
         self.config.write_text(config_text(self.port, self.admin, self.up, self.redis, 0))
         self.log = open(self.work / "floodgate.log", "w")
         env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0", UBSAN_OPTIONS="print_stacktrace=1")
+        env.setdefault("ASAN_SYMBOLIZER_PATH", "/usr/lib/llvm-16/bin/llvm-symbolizer")  # (clang's sanitizers)
         self.gw = subprocess.Popen([self.binary, "--config", str(self.config)], stdout=self.log, stderr=self.log,
                                    env=env)
         wait_port(self.port, 60)

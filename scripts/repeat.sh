@@ -26,6 +26,7 @@ done
 [ -f "$dir/CTestTestfile.cmake" ] || { echo "no $dir: run scripts/build.sh ${dir#build-} first" >&2; exit 2; }
 if [ "$dir" = build-asan ]; then
   export FG_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  export ASAN_SYMBOLIZER_PATH="${ASAN_SYMBOLIZER_PATH:-/usr/lib/llvm-16/bin/llvm-symbolizer}"
 fi
 logs="$(mktemp -d)"
 failures=()

@@ -17,6 +17,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export FG_JOBS="${FG_JOBS:-$(nproc)}"
+# clang's sanitizers (the sanitizer build, the fuzz targets) name functions and lines with it
+export ASAN_SYMBOLIZER_PATH="${ASAN_SYMBOLIZER_PATH:-/usr/lib/llvm-16/bin/llvm-symbolizer}"
 jobs="${FG_TEST_JOBS:-3}"
 t0=$SECONDS
 logs="$(mktemp -d)"

@@ -1,7 +1,6 @@
 #include <catch2/catch.hpp>
 
 #include <optional>
-#include <ostream>
 #include <string>
 #include <string_view>
 
@@ -36,9 +35,6 @@ struct checked {
   std::optional<body_framing> framing;
   std::string why;
   bool accepted() const { return beast_error.empty() && framing.has_value(); }
-  friend std::ostream& operator<<(std::ostream& os, const checked& c) {
-    return os << "{beast: '" << c.beast_error << "', why: '" << c.why << "'}";
-  }
 };
 
 checked check_raw(std::string_view raw) {
