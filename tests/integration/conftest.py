@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from protocols import PROTOCOLS, H2Conn, listener_config
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 BIN = os.environ.get("FLOODGATE_BIN", str(ROOT / "build" / "src" / "floodgate"))
@@ -33,6 +35,18 @@ def pytest_configure(config):
 # prints a line (in the test's captured output, shown with a failure or -s) and keeps it
 # for the summary at the end of the run.
 RECORDED = []
+
+
+def pytest_generate_tests(metafunc):
+    """A test of a module with OVER_EVERY_PROTOCOL runs over each protocol (protocols.py)
+    unless it says which itself."""
+    if not getattr(metafunc.module, "OVER_EVERY_PROTOCOL", False) or "protocol" not in metafunc.fixturenames:
+        return
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        names = mark.args[0]
+        if "protocol" in (names.split(",") if isinstance(names, str) else names):
+            return
+    metafunc.parametrize("protocol", PROTOCOLS, indirect=True)
 
 
 def record(line):
@@ -158,9 +172,12 @@ class Gateway:
     def __init__(self, tmp_path, upstream_address, http=None, extra="", routes=None, workers=1,
                  upstream_opts=None, access_log="off", log_format="text", trusted="10.0.0.0/8", store="memory",
                  redis=None, prefix=None, env=None, redis_extra="", binary=BIN, client_ip_extra="", configmap=False,
-                 redis_timeout="200ms", upstreams=None):
+                 redis_timeout="200ms", upstreams=None, protocol="http1"):
         """upstreams: the whole upstreams section (its lines, each indented 2 or more) in
-        place of the one upstream `api` at upstream_address with upstream_opts."""
+        place of the one upstream `api` at upstream_address with upstream_opts. protocol:
+        what request() and connect() speak (protocols.py)."""
+        self.protocol = protocol
+        listener = listener_config(protocol, tmp_path)
         h = dict(DEFAULT_HTTP)
         h.update(http or {})
         http_yaml = "\n".join(f"  {k}: {v}" for k, v in h.items())
@@ -184,7 +201,7 @@ class Gateway:
         template = f"""listen: "127.0.0.1:__PORT__"
 workers: {workers}
 log:
-  level: info
+  level: ${{FG_TEST_LOG_LEVEL:-info}}
   access_log: {self.access_log or access_log}
   format: {log_format}
 store: {store}
@@ -199,19 +216,23 @@ redis:
 upstreams:
 {upstreams}routes:
 {routes}
-{extra}
+{listener}{extra}
 """
         full_env = dict(os.environ, **(env or {}))
         # free_port() frees the port before the gateway binds it, and the other test
         # files run in parallel: if someone took it meanwhile, start again on another.
         for _ in range(3):
             self.port = free_port()
-            self.config.write_text(template.replace("__PORT__", str(self.port)))
+            self.tls_port = free_port() if protocol == "h2" else None
+            self.config.write_text(template.replace("__PORT__", str(self.port)).replace("__TLS_PORT__",
+                                                                                      str(self.tls_port)))
             self.stderr_path = tmp_path / "floodgate.stderr"
             self.stderr = open(self.stderr_path, "w+")
             self.proc = subprocess.Popen([binary, "--config", str(self.config)], stdout=self.stderr,
                                          stderr=self.stderr, env=full_env)
             if self._listening():
+                if protocol == "h2":
+                    wait_for("the TLS listener", lambda: "listening for TLS" in self.log_text(), 10)
                 return
             self.stderr.close()
         raise RuntimeError("floodgate found no free port:\n" + self.stderr_path.read_text(errors="replace"))
@@ -236,6 +257,9 @@ upstreams:
         raise TimeoutError(f"floodgate not listening after {deadline_s}s:\n{self.log_text()[-3000:]}")
 
     def connect(self, timeout=10):
+        if self.protocol != "http1":
+            tls = self.protocol == "h2"
+            return H2Conn(self.tls_port if tls else self.port, tls=tls, timeout=timeout)
         s = socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return s
@@ -275,11 +299,19 @@ upstreams:
 
 
 @pytest.fixture
-def gateway_factory(tmp_path, upstream):
+def protocol(request):
+    """What the test's requests go over (protocols.py): HTTP/1.1 unless the test or its
+    module is parametrized over the protocols."""
+    return getattr(request, "param", "http1")
+
+
+@pytest.fixture
+def gateway_factory(tmp_path, upstream, protocol):
     made, tries = [], [0]
 
     def make(**kw):
         kw.setdefault("upstream_address", upstream.address)
+        kw.setdefault("protocol", protocol)
         # (a folder per try: one that failed to start, retried by its caller, keeps its own)
         sub = tmp_path / f"g{tries[0]}"
         tries[0] += 1
@@ -349,6 +381,8 @@ _readers = {}
 
 
 def read_response(sock, head_request=False, reader=None, skip_informational=True):
+    if isinstance(sock, H2Conn):  # (an HTTP/2 stream's answer: no interim ones to skip)
+        return sock.response(Response, head_request)
     r = reader or _readers.setdefault(id(sock), Reader(sock))
     if r.sock is not sock:
         r = _readers[id(sock)] = Reader(sock)

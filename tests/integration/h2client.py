@@ -8,6 +8,7 @@ import time
 import h2.config
 import h2.connection
 import h2.events
+import h2.exceptions
 import h2.settings
 import hpack
 from hyperframe.frame import Frame, SettingsFrame
@@ -95,10 +96,14 @@ class H2(Closing):
     def send_body(self, sid, body, end=True):
         """Sends as the windows allow, reading meanwhile."""
         view = memoryview(body)
+        r = self.responses.get(sid)
+        reset = lambda: r is not None and r.reset is not None  # noqa: E731
         while view:
             room = min(self.conn.local_flow_control_window(sid), self.conn.max_outbound_frame_size, len(view))
             if room <= 0:
-                self.pump(lambda: self.conn.local_flow_control_window(sid) > 0 or self.closed, 10)
+                self.pump(lambda: self.conn.local_flow_control_window(sid) > 0 or self.closed or reset(), 10)
+                if reset():  # (the gateway is done with it: no window will open)
+                    raise h2.exceptions.StreamClosedError(sid)
                 assert not self.closed
                 continue
             self.conn.send_data(sid, bytes(view[:room]))

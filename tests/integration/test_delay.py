@@ -6,18 +6,22 @@ away while it waits is never forwarded, and every delayed request is logged with
 wait and counted (outcome delayed). On the memory store, Redis, Sentinel and a Cluster.
 
 The requests of a test come together (threads released at once) against a limit of one
-every 500 ms: what each gets does not depend on a few ms of scheduling."""
+every 500 ms: what each gets does not depend on a few ms of scheduling. Over HTTP/1.1,
+HTTP/2 on TLS and cleartext HTTP/2 (protocols.py): a stream waits its turn as a request
+does, and a client that resets it or closes its connection is gone as one that closes."""
 import json
-import socket
 import threading
 import time
 
 import pytest
 
 from conftest import SANITIZED, Thread, get, join_all, read_response, record, wait_for
-from stores import store_gateway
+from protocols import over_stores_and_protocols
+from stores import KINDS, store_gateway
 from test_admin import admin_get, with_admin
 from test_metrics import decisions, scrape, value
+
+OVER_EVERY_PROTOCOL = True
 
 
 def route(algorithm="gcra", max_delay="2s"):
@@ -41,7 +45,7 @@ def together(g, n, client="c", took=None):
     ready, go, out, times = threading.Barrier(n), threading.Event(), [None] * n, [None] * n
 
     def one(i):
-        with socket.create_connection(("127.0.0.1", g.port), timeout=15) as s:
+        with g.connect(15) as s:
             ready.wait(10)
             go.wait(10)
             t = time.monotonic()
@@ -64,7 +68,7 @@ def delays(g):
                   if json.loads(line)["target"] == "/echo")
 
 
-@pytest.mark.parametrize("kind", ["memory", "redis", "sentinel", "cluster"])
+@over_stores_and_protocols(KINDS)
 @pytest.mark.parametrize("algorithm", ["gcra", "token_bucket"])
 def test_requests_over_the_limit_wait_their_turn_within_max_delay(kind, algorithm, request, gateway_factory):
     if kind in ("sentinel", "cluster") and algorithm == "token_bucket":
@@ -101,10 +105,10 @@ def test_a_client_that_goes_away_while_it_waits_is_never_forwarded(gateway_facto
     g = gateway_factory(routes=route(max_delay="5s"), workers=1)
     assert together(g, 1) == [200]
     upstream.reset()
-    s = socket.create_connection(("127.0.0.1", g.port), timeout=10)
+    s = g.connect(10)
     s.sendall(get("/echo", extra="X-Client: c\r\n"))  # its turn is 500 ms away
     s.close()
-    with socket.create_connection(("127.0.0.1", g.port), timeout=10) as s2:
+    with g.connect(10) as s2:
         s2.sendall(get("/echo", extra="X-Client: other\r\n"))
         r = read_response(s2)
     assert r.status == 200
@@ -144,7 +148,7 @@ def test_a_flood_of_waiting_requests_stays_bounded(gateway_factory):
     ready, go, out = threading.Barrier(90), threading.Event(), []
 
     def one(i):
-        with socket.create_connection(("127.0.0.1", g.port), timeout=20) as s:
+        with g.connect(20) as s:
             ready.wait(20)
             go.wait(20)
             s.sendall(get("/echo", extra=f"X-Client: k{i % 30}\r\n"))
@@ -177,7 +181,7 @@ def start_waiting(g, client="c"):
     got = {}
 
     def one():
-        with socket.create_connection(("127.0.0.1", g.port), timeout=15) as s:
+        with g.connect(15) as s:
             t = time.monotonic()
             s.sendall(get("/echo", extra=f"X-Client: {client}\r\n"))
             got["status"] = read_response(s).status
@@ -216,7 +220,7 @@ def test_a_client_gone_while_it_waits_frees_its_place(gateway_factory, upstream)
     g = waiting_gateway(gateway_factory, upstream, rate="6/m", max_delay="15s", http={"max_delayed": 1})
 
     def wait_in_line(client):
-        s = socket.create_connection(("127.0.0.1", g.port), timeout=10)
+        s = g.connect(10)
         before = decisions(g, "api", "paced")["delayed"]
         s.sendall(get("/echo", extra=f"X-Client: {client}\r\n"))
         wait_for(f"{client} waiting its turn", lambda: decisions(g, "api", "paced")["delayed"] == before + 1, 5)

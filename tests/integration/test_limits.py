@@ -1,6 +1,9 @@
-"""Rate limiting through the real binary, with the embedded memory store."""
+"""Rate limiting through the real binary, with the embedded memory store, over HTTP/1.1,
+HTTP/2 on TLS and cleartext HTTP/2 (protocols.py)."""
 import json
 from conftest import Thread, get, join_all, read_response, wait_until
+
+OVER_EVERY_PROTOCOL = True
 
 
 def route(limits, response="", path="/limited", extra=""):

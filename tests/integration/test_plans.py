@@ -2,7 +2,8 @@
 request carries or from the consumer's API key looked up in a file of SHA-256 digests
 (reloaded on its own when it changes; the unknown refused 401/403 on request), exact on
 the memory store, Redis, Sentinel and a 3-master Cluster; the plan in force in
-RateLimit-Policy, the 429's problem details, /limits, the access log and the metrics."""
+RateLimit-Policy, the 429's problem details, /limits, the access log and the metrics.
+Over HTTP/1.1, HTTP/2 on TLS and cleartext HTTP/2 (protocols.py)."""
 import hashlib
 import json
 import random
@@ -11,9 +12,12 @@ import threading
 import pytest
 
 from conftest import Reader, Thread, get, join_all, read_response, wait_for
+from protocols import over_stores_and_protocols
 from stores import KINDS, store_gateway
 from test_admin import admin_get, with_admin
 from test_metrics import scrape, value
+
+OVER_EVERY_PROTOCOL = True
 
 
 def route(limits, response=""):
@@ -55,7 +59,7 @@ def statuses(g, key, n, plan=None, path="/api"):
     return [g.request(get(path, extra=extra)).status for _ in range(n)]
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@over_stores_and_protocols(KINDS)
 def test_two_plans_on_one_route_admit_exactly_their_numbers(kind, request, gateway_factory):
     g = store_gateway(kind, request, gateway_factory, routes=route(BY_HEADER), workers=2)
     assert statuses(g, "a", 7, "gold") == [200] * 5 + [429] * 2
@@ -76,7 +80,7 @@ def test_two_plans_on_one_route_admit_exactly_their_numbers(kind, request, gatew
     assert statuses(g, "b", 3, "gold") == [200, 200, 429]
 
 
-@pytest.mark.parametrize("kind", ["memory", "redis", "cluster"])
+@over_stores_and_protocols(["memory", "redis", "cluster"])
 def test_rate_plans_admit_their_bursts(kind, request, gateway_factory):
     g = store_gateway(kind, request, gateway_factory, routes=route(RATE_PLANS), workers=2)
     assert statuses(g, "a", 8, "gold") == [200] * 6 + [429] * 2
@@ -102,7 +106,7 @@ def by_consumers(path, unknown="reject"):
 """
 
 
-@pytest.mark.parametrize("kind", ["memory", "redis"])
+@over_stores_and_protocols(["memory", "redis"])
 def test_a_consumer_file_chooses_the_plan_and_refuses_the_unknown(kind, request, gateway_factory, tmp_path):
     f = tmp_path / "consumers.txt"
     consumers_file(f, [("key-gold", "gold"), ("key-free", "default"), ("key-partner", "partner")])
@@ -126,7 +130,7 @@ def test_a_consumer_file_chooses_the_plan_and_refuses_the_unknown(kind, request,
     assert g.request(get("/api", extra="X-Api-Key: key-stranger\r\n")).status == 200
 
 
-@pytest.mark.parametrize("kind", ["memory", "redis"])
+@over_stores_and_protocols(["memory", "redis"])
 def test_guessing_keys_counts_against_the_routes_other_limits(kind, request, gateway_factory, tmp_path):
     """A request its plans refuse (401/403) is still counted by the route's other limits:
     guessing API keys from one address meets that address' limit, then gets 429s."""
