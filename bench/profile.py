@@ -14,7 +14,9 @@ routes, redis-server beside wrk). Needs linux-perf (syscalls) or valgrind (callg
 Build floodgate first (bench/run.sh does); FLOODGATE_BIN picks another binary;
 FG_PROFILE_ADMIN=1 turns the admin listener on (so the metrics are counted);
 FG_PROFILE_STORE=memory counts every limit in the process (`callgrind /memory`: peers.py's
-memory-store path)."""
+memory-store path); FG_PROFILE_H2C=1 loads it with cleartext HTTP/2 (h2load, 32
+connections of 10 streams; http2.cleartext on) instead of wrk's HTTP/1.1, and says what
+share of the instructions nghttp2's own code took."""
 import os
 import re
 import shutil
@@ -66,6 +68,8 @@ class Setup:
         bench.start_floodgate(d, self.fg, self.up, self.redis, admin, store=store).wait()
         bench.FLOODGATE = saved
         conf = d / "floodgate.yaml"
+        if H2C:
+            conf.write_text(conf.read_text() + "http2:\n  cleartext: true\n")
         p = subprocess.Popen(["taskset", "-c", bench.SERVER_CORE, *wrapper, bench.FLOODGATE, "--config", str(conf)],
                              stderr=subprocess.DEVNULL if wrapper else None)
         self.procs.append(p)
@@ -128,15 +132,51 @@ def syscalls(conns):
                   f"{og.get('context-switches', 0) / no:9.3f}")
 
 
+H2C = os.environ.get("FG_PROFILE_H2C") == "1"
+
+
+def h2load(port, seconds, path):
+    """Cleartext HTTP/2 load (prior knowledge) for `seconds`: the requests done."""
+    out = subprocess.run(["taskset", "-c", bench.CLIENT_CORE, "h2load", "-c", "32", "-m", "10", "-D", str(seconds),
+                          f"http://127.0.0.1:{port}{path}"], capture_output=True, text=True).stdout
+    m = re.search(r"requests: \d+ total, \d+ started, (\d+) done", out)
+    if not m:
+        sys.exit("h2load: " + out[-500:])
+    return int(m.group(1))
+
+
+def library_share(dump, name):
+    """The share of a dump's instructions spent in the functions of library `name`."""
+    text = subprocess.run(["callgrind_annotate", "--inclusive=no", "--threshold=100", str(dump)], capture_output=True,
+                          text=True).stdout
+    total = mine = 0
+    for line in text.splitlines():
+        m = re.match(r"\s*([\d,]+) \([^)]*\)\s+\S", line)
+        if not m:
+            continue
+        cost = int(m.group(1).replace(",", ""))
+        if "PROGRAM TOTALS" in line:
+            total = cost
+        elif name in line:
+            mine += cost  # (each function's own instructions: --inclusive=no)
+    return mine / total if total else 0.0
+
+
 def callgrind(paths):
     for path in paths:
         with Setup() as s:
             out = s.work / "callgrind.out"
             fg = s.start_floodgate(["valgrind", "--tool=callgrind", "--dump-instr=no", f"--callgrind-out-file={out}"])
-            bench.wrk(s.fg, 32, 3, path, expect_errors=True)  # warm-up, then count from zero
+            if H2C:
+                h2load(s.fg, 3, path)  # warm-up, then count from zero
+            else:
+                bench.wrk(s.fg, 32, 3, path, expect_errors=True)
             subprocess.run(["callgrind_control", "-z", str(fg.pid)], capture_output=True)
-            bench.wrk(s.fg, 32, 10, path, expect_errors=True)
-            n = bench.wrk.last_requests
+            if H2C:
+                n = h2load(s.fg, 10, path)
+            else:
+                bench.wrk(s.fg, 32, 10, path, expect_errors=True)
+                n = bench.wrk.last_requests
             subprocess.run(["callgrind_control", "-d", str(fg.pid)], capture_output=True)
             time.sleep(0.5)
             dumps = sorted(s.work.glob("callgrind.out.*"), key=lambda f: f.stat().st_mtime)
@@ -149,7 +189,8 @@ def callgrind(paths):
             m = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
             if not m:
                 sys.exit("callgrind wrote no dump")
-            print(f"{path:10} {n:7} requests  {int(m.group(1)) / n:8.0f} instructions/request", flush=True)
+            share = f"  (nghttp2: {library_share(dumps[-1], 'libnghttp2') * 100:.1f}%)" if H2C else ""
+            print(f"{path:10} {n:7} requests  {int(m.group(1)) / n:8.0f} instructions/request{share}", flush=True)
 
 
 def main():

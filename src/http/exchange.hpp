@@ -10,7 +10,7 @@
 //   const bhttp::request_header<>& request() const;  bool keep_alive() const;
 //   bool body_done() const;       // the request's body read whole (or it has none)
 //   deadline::entry& watch();     // the exchange's deadline (its waits, its upstream)
-//   const net::address& peer() const;  std::string_view peer_str() const;
+//   const net::address& peer() const;  std::string_view peer_str() const;  // (peer().to_string())
 //   std::string_view client_cert() const;  static constexpr std::string_view scheme;
 //   std::string_view protocol() const;  // the access log's: "HTTP/1.1", "HTTP/2"
 //   awaitable<bool> send_continue();   // "go on" (100-continue); false: the client is gone

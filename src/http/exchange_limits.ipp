@@ -34,7 +34,8 @@ typename exchange<Down>::scope exchange<Down>::begin() {
   limits_.asked = false;
   limits_.refusal = 0;
   early_answer_ = false;
-  if (peer_key_rt_ != rt_) peer_key_ = rt_->client_ip.key_of(down_.peer()), peer_key_rt_ = rt_;
+  // (an HTTP/2 stream's exchange lives for one request: the text is the connection's)
+  if (peer_key_rt_ != rt_) peer_key_ = rt_->client_ip.key_of(down_.peer(), down_.peer_str()), peer_key_rt_ = rt_;
   admit(*rt_, down_.request(), down_.keep_alive(), {down_.peer(), down_.peer_str(), peer_key_}, ad_);
   return scope(*this);
 }

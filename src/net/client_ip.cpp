@@ -202,4 +202,9 @@ std::string client_ip_resolver::key_of(const address& a) const {
   return a.to_string();
 }
 
+std::string client_ip_resolver::key_of(const address& a, std::string_view text) const {
+  if (a.is_v6() && ipv6_prefix_ < 128) return key_of(a);
+  return std::string(text);
+}
+
 }  // namespace fg::net

@@ -68,6 +68,9 @@ class client_ip_resolver {
 
   // The identity key of an address after ipv6_prefix.
   std::string key_of(const address& a) const;
+  // The same, given the address's text (a.to_string(), which a connection keeps): that
+  // text unless an IPv6 prefix applies, without formatting the address again.
+  std::string key_of(const address& a, std::string_view text) const;
 
  private:
   enum class kind { xff, forwarded, single };

@@ -34,6 +34,7 @@ fg::net::client_view resolve(const client_ip_resolver& r, const char* peer, cons
   const auto a = fg::net::normalize(ip(peer));
   const auto text = a.to_string();
   const auto key = r.key_of(a);
+  CHECK(r.key_of(a, text) == key);  // (the connection's text, as the exchange keys it)
   const std::span<const header_field> listed(fields);
   fg::net::client_view v;
   r.resolve({a, text, key}, fg::net::listed_fields(listed), full, v);
