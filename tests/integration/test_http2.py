@@ -18,7 +18,7 @@ import pytest
 from hyperframe.frame import (ContinuationFrame, DataFrame, HeadersFrame, PingFrame, PriorityFrame,
                               RstStreamFrame, SettingsFrame, WindowUpdateFrame)
 
-from conftest import SANITIZED, wait_for
+from conftest import SANITIZED, record, wait_for
 from h2client import H2, RawH2, goaway_of
 from test_admin import with_admin
 from test_metrics import scrape, value
@@ -339,6 +339,33 @@ def test_drain_sends_goaway_and_the_streams_in_flight_finish(gateway_factory, up
         data = b"".join(x.data for x in frames if x.type == 0x0 and x.stream_id == 1)
         assert data == b"slow" and any(x.type == 0x1 and x.stream_id == 1 for x in frames)
     assert g.proc.wait(15) == 0
+
+
+@pytest.mark.skipif(SANITIZED, reason="the sanitizer's allocator keeps freed memory in quarantine")
+def test_memory_per_stream_in_flight_is_bounded(gateway_factory, upstream):
+    """400 streams (4 connections of 100) all waiting on the upstream, each with its
+    exchange and its own upstream connection: what they add to the gateway's RSS, per
+    stream, is recorded and bounded; and each is answered."""
+    g = start(gateway_factory, upstream_opts={"response_timeout": "30s", "max_idle": 512})
+    conns, per = 4, 100
+    with H2(g.port) as warm:
+        assert warm.get("/echo").status == 200
+    upstream.reset()
+    base, before = g.rss_kib(), fd_names(g)
+    clients = [H2(g.port) for _ in range(conns)]
+    try:
+        sids = [[c.request("/slow?ms=30000") for _ in range(per)] for c in clients]
+        wait_for("every stream at the upstream", lambda: upstream.stats()["slow_in_flight"] == conns * per, 20)
+        grown = g.rss_kib() - base
+        record(f"HTTP/2: {conns * per} streams in flight, each with its upstream connection: "
+               f"{grown / (conns * per):.1f} KiB of RSS a stream")
+        assert grown / (conns * per) < 32, f"{grown} KiB for {conns * per} streams"
+    finally:
+        for c in clients:
+            c.close()
+    # The clients gone, their streams' upstream connections are closed (an answer half
+    # read is never pooled).
+    sockets_given_back(g, before, 20)
 
 
 def test_h2load_many_streams_and_the_metrics(gateway_factory):
