@@ -156,6 +156,10 @@ class H2(Closing):
                 r.reset = e.error_code
         elif isinstance(e, h2.events.ConnectionTerminated):
             self.goaway = (e.error_code, e.last_stream_id)
+            if e.error_code == 0:
+                # A graceful GOAWAY (a drain): the streams up to its last id still finish,
+                # whose frames python-h2 would refuse from a connection it deems closed.
+                self.conn.state_machine.state = h2.connection.ConnectionState.CLIENT_OPEN
         elif isinstance(e, h2.events.RemoteSettingsChanged):
             self.remote_settings.update({k: v.new_value for k, v in e.changed_settings.items()})
 
