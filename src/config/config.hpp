@@ -121,6 +121,16 @@ struct http2_config {
   bool operator==(const http2_config&) const = default;
 };
 
+// W3C Trace Context (traceparent, tracestate) for the upstream: off unless `propagate`.
+struct tracing_config {
+  bool propagate = false;  // each request goes upstream with a traceparent of the gateway's span
+  // Whose traceparent (and tracestate) is continued; any other's is replaced by a new trace.
+  enum class trust { trusted_proxies, always, never };
+  trust trust_incoming = trust::trusted_proxies;
+  double sample_ratio = 0.01;  // a new trace's share sampled (the flag the upstream reads)
+  bool operator==(const tracing_config&) const = default;
+};
+
 // A certificate chain and its private key, PEM files (`where`: the line of the entry,
 // "file:line", for the errors found when they are read).
 struct tls_certificate {
@@ -391,6 +401,7 @@ struct config {
   client_ip_config client_ip;
   http_config http;
   http2_config http2;
+  tracing_config tracing;
   tls_config tls;
   resolver_config resolver;
   std::vector<upstream_config> upstreams;

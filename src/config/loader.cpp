@@ -3,6 +3,7 @@
 #include "util/text.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <filesystem>
 
 #include <boost/asio/ip/address.hpp>
@@ -72,6 +73,7 @@ class loader {
     if (auto n = top.get("client_ip"); present(n)) client_ip(n, c.client_ip);
     if (auto n = top.get("http"); present(n)) http(n, c.http);
     if (auto n = top.get("http2"); present(n)) http2(n, c.http2);
+    if (auto n = top.get("tracing"); present(n)) tracing(n, c.tracing);
     if (auto n = top.get("resolver"); present(n)) resolver(n, c.resolver);
     if (auto n = top.get("tls"); present(n)) tls(n, c.tls);
     r_.client_certificates = !c.tls.client_ca.empty();
@@ -266,6 +268,26 @@ class loader {
     if (auto n = o.get("cleartext"); present(n)) set(h.cleartext, r_.boolean(n));
     if (auto n = o.get("max_concurrent_streams"); present(n))
       set(h.max_concurrent_streams, r_.unsigned_int(n, 1, 10'000));
+  }
+
+  void tracing(const YAML::Node& node, tracing_config& t) {
+    yaml_reader::object o(r_, node, "tracing");
+    if (auto n = o.get("propagate"); present(n)) set(t.propagate, r_.boolean(n));
+    if (auto n = o.get("trust_incoming"); present(n)) {
+      if (auto s = r_.one_of(n, {"trusted_proxies", "always", "never"}))
+        t.trust_incoming = *s == "always" ? tracing_config::trust::always
+                           : *s == "never" ? tracing_config::trust::never
+                                           : tracing_config::trust::trusted_proxies;
+    }
+    if (auto n = o.get("sample_ratio"); present(n))
+      set(t.sample_ratio, r_.parsed<double>(n, parse_ratio, "ratio from 0 to 1 (e.g. 0.01)"));
+  }
+
+  static std::optional<double> parse_ratio(std::string_view s) {
+    double v = -1;
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc() || p != s.data() + s.size() || !(v >= 0 && v <= 1)) return std::nullopt;
+    return v;
   }
 
   void tls(const YAML::Node& node, tls_config& t) {

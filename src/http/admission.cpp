@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "http/forwarder.hpp"
+#include "http/trace_context.hpp"
 #include "routing/rules.hpp"
 #include "util/text.hpp"
 #include "util/asio.hpp"
@@ -15,7 +16,7 @@ namespace fg::http {
 
 
 void admission::release_memory() {
-  for (auto* s : {&request_id, &path, &abs_host, &abs_target}) std::string().swap(*s);
+  for (auto* s : {&request_id, &path, &abs_host, &abs_target, &traceparent}) std::string().swap(*s);
   client.release_memory();
 }
 
@@ -79,11 +80,14 @@ void admit(const compiled_config& rt, const bhttp::request_header<>& req, bool k
   out.client.who.key.clear();
   out.abs_host.clear();
   out.abs_target.clear();
+  out.traceparent.clear();
+  out.trace_continued = false;
   out.expect = {};
   out.has_expect = out.has_upgrade = false;
   // One pass over the fields for what this function needs (each find() is a tree walk).
-  std::string_view host, incoming_id;
+  std::string_view host, incoming_id, traceparent;
   bool has_host = false, underscore = false;
+  const bool tracing = cfg.tracing.propagate;
   for (const auto& f : req) {
     switch (f.name()) {
       case bhttp::field::host: host = f.value(), has_host = true; break;
@@ -92,6 +96,8 @@ void admit(const compiled_config& rt, const bhttp::request_header<>& req, bool k
       case bhttp::field::unknown:
         if (incoming_id.empty() && util::iequals(f.name_string(), "x-request-id"))
           incoming_id = usable_request_id(f.value());
+        else if (tracing && util::iequals(f.name_string(), "traceparent"))
+          traceparent = traceparent.empty() ? std::string_view(f.value()) : std::string_view("-");  // (two: neither)
         underscore = underscore || f.name_string().find('_') != std::string_view::npos;
         break;
       default: break;
@@ -122,6 +128,16 @@ void admit(const compiled_config& rt, const bhttp::request_header<>& req, bool k
   }
   const bool full = cfg.client_ip.forward_chain == config::client_ip_config::chain::full;
   rt.client_ip.resolve(peer, {&identity_fields, &req}, full, out.client);
+  if (tracing) {
+    // A trace named by whom the configuration trusts to name one is continued; any
+    // other traceparent (and its tracestate) is replaced by a new trace.
+    using trust = config::tracing_config::trust;
+    const auto who = cfg.tracing.trust_incoming;
+    const bool trusted = who == trust::always || (who == trust::trusted_proxies && out.client.peer_trusted);
+    const auto incoming = trusted ? parse_traceparent(traceparent) : std::nullopt;
+    make_traceparent(incoming, cfg.tracing.sample_ratio, out.traceparent);
+    out.trace_continued = incoming.has_value();
+  }
 }
 
 }  // namespace fg::http

@@ -27,6 +27,10 @@ struct admission {
   std::string request_id;
   std::string path;        // normalized, for routing
   std::string abs_host, abs_target;  // an absolute-form target's authority and origin-form
+  // tracing.propagate: the traceparent sent upstream ("" when off); whether it continues
+  // the request's trace (its tracestate fields then go up as they came, else dropped).
+  std::string traceparent;
+  bool trace_continued = false;
   net::client_view client;  // who the client is (limits count client.who.key), under this snapshot
 
   bool has_body() const { return framing.type != body_framing::kind::none; }

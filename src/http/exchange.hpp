@@ -39,6 +39,7 @@
 #include "http/body_write.hpp"
 #include "http/response_parser.hpp"
 #include "http/stream_io.hpp"
+#include "http/trace_context.hpp"
 #include "http/tunnel.hpp"
 #include "http/upstream_failure.hpp"
 #include "http/worker_context.hpp"

@@ -98,6 +98,7 @@ void exchange<Down>::log_request(unsigned status) {
   if (ad_.route >= 0) r.route = rt_->cfg->routes[static_cast<std::size_t>(ad_.route)].name;
   r.delay_ms = delayed_ms_;
   r.protocol = down_.protocol();
+  if (!ad_.traceparent.empty()) r.trace_id = trace_id_of(ad_.traceparent);
   for (const auto& c : limits_.checks)
     if (limits_.asked && !c.cfg->plan.empty()) {
       r.plan = c.cfg->plan;

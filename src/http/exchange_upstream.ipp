@@ -56,6 +56,8 @@ void exchange<Down>::build_request_head(const config::route_config& route, bool 
   const auto& client = ad_.client;
   fc.peer_trusted = client.peer_trusted;
   fc.request_id = ad_.request_id;
+  fc.traceparent = ad_.traceparent;
+  fc.trace_continued = ad_.trace_continued;
   fc.upgrade = upgrade;
   fc.framing = ad_.framing;
   fc.target = ad_.abs_target;

@@ -189,6 +189,9 @@ void build_upstream_request(const bhttp::request_header<>& h, const forward_cont
       // Restated once below: the request's own id when usable, else ctx.request_id.
       if (incoming_id.empty()) incoming_id = usable_request_id(f.value());
       continue;
+    } else if (!ctx.traceparent.empty() &&
+               (iequals(name, "traceparent") || (!ctx.trace_continued && iequals(name, "tracestate")))) {
+      continue;  // (restated below)
     }
     append_field(out, name, f.value());
   }
@@ -208,6 +211,7 @@ void build_upstream_request(const bhttp::request_header<>& h, const forward_cont
   else if (!host.empty() && !own_host) append_field(out, "X-Forwarded-Host", host);
   if (!incoming_id.empty()) append_field(out, "X-Request-Id", incoming_id);
   else if (!ctx.request_id.empty()) append_field(out, "X-Request-Id", ctx.request_id);
+  if (!ctx.traceparent.empty()) append_field(out, "traceparent", ctx.traceparent);
   if (ctx.upgrade) {
     append_field(out, "Connection", "Upgrade");
     append_field(out, "Upgrade", "websocket");

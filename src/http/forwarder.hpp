@@ -28,6 +28,10 @@ struct forward_context {
   std::string_view client_ip;
   // Identity headers not forwarded (names compared with '_' read as '-').
   std::span<const std::string> drop;
+  // Trace context (tracing.propagate): this traceparent replaces the request's; the
+  // request's tracestate fields go up only when `trace_continued`. Empty: both as they came.
+  std::string_view traceparent;
+  bool trace_continued = false;
 };
 
 // The request head sent upstream: HTTP/1.1, hop-by-hop fields (and those named in

@@ -37,6 +37,7 @@ SECTIONS = {
     ("loader.cpp", "client_ip", "o"): "client_ip.",
     ("loader.cpp", "http", "o"): "http.",
     ("loader.cpp", "http2", "o"): "http2.",
+    ("loader.cpp", "tracing", "o"): "tracing.",
     ("loader.cpp", "resolver", "o"): "resolver.",
     ("loader.cpp", "tls", "o"): "tls.",
     ("loader.cpp", "certificate", "co"): "tls.certificates[].",

@@ -77,6 +77,10 @@ TEST_CASE("bad configurations report the first problem with line, column and mes
        "key client_cert needs tls.client_ca: without it no request carries a verified certificate, and every request "
        "would share one key"},
       {"duplicate top-level key", "listen: \"0.0.0.0:1\"\nlisten: \"0.0.0.0:2\"\n" + kRoutes, 2, 1, "duplicate key 'listen'"},
+      {"a sample ratio past 1", "tracing:\n  sample_ratio: 1.5\n" + kRoutes, 2, 17,
+       "invalid ratio from 0 to 1 '1.5' (e.g. 0.01)"},
+      {"an unknown trust", "tracing:\n  trust_incoming: everyone\n" + kRoutes, 2, 19,
+       "invalid value 'everyone', expected one of trusted_proxies|always|never"},
       // --- durations, sizes, integers
       {"duration without unit", "http:\n  header_timeout: 5\n" + kRoutes, 2, 19,
        "invalid duration '5' (want e.g. 250ms, 5s, 1m, 1h)"},

@@ -243,6 +243,28 @@ TEST_CASE("build_upstream_request: a request without Host gets the upstream's, a
   CHECK(named(h2, "Host") == lines{"Host: b"});
 }
 
+TEST_CASE("build_upstream_request: the trace context, replaced or passed on", "[forwarder]") {
+  const std::string raw =
+      "GET / HTTP/1.1\r\nHost: a\r\ntraceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\n"
+      "TraceState: k=v\r\ntracestate: x=y\r\n\r\n";
+  auto c = ctx_untrusted();
+  // tracing off: both as they came
+  auto off = split_head(upstream(raw, c));
+  CHECK(named(off, "traceparent") == lines{"traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"});
+  CHECK(named(off, "tracestate") == lines{"TraceState: k=v", "tracestate: x=y"});
+  // a new trace: the gateway's traceparent only, no tracestate
+  const std::string ours = "00-11111111111111111111111111111111-2222222222222222-00";
+  c.traceparent = ours;
+  auto fresh = split_head(upstream(raw, c));
+  CHECK(named(fresh, "traceparent") == lines{"traceparent: " + ours});
+  CHECK(named(fresh, "tracestate").empty());
+  // the request's trace continued: its tracestate fields kept, in order
+  c.trace_continued = true;
+  auto kept = split_head(upstream(raw, c));
+  CHECK(named(kept, "traceparent") == lines{"traceparent: " + ours});
+  CHECK(named(kept, "tracestate") == lines{"TraceState: k=v", "tracestate: x=y"});
+}
+
 TEST_CASE("valid_host", "[forwarder]") {
   using fg::http::valid_host;
   for (auto ok : {"a", "example.com", "api.example.com:8080", "127.0.0.1", "10.0.0.1:65535", "[::1]", "[2001:db8::1]:443",

@@ -1,0 +1,69 @@
+#include "http/trace_context.hpp"
+
+#include <array>
+#include <cstdint>
+#include <random>
+
+namespace fg::http {
+
+namespace {
+
+bool lower_hex(std::string_view s) {
+  for (char c : s)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+
+bool all_zero(std::string_view s) { return s.find_first_not_of('0') == std::string_view::npos; }
+
+int hex_value(char c) { return c <= '9' ? c - '0' : c - 'a' + 10; }
+
+// splitmix64 per thread: ids must not collide, not be secret (as X-Request-Id's).
+std::uint64_t next_random() {
+  thread_local std::uint64_t state =
+      (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// 16 hex digits of a random value, never all zero (an all-zero id is invalid).
+void append_hex64(std::string& out) {
+  static constexpr char hex[] = "0123456789abcdef";
+  std::uint64_t v = 0;
+  while (v == 0) v = next_random();
+  for (int shift = 60; shift >= 0; shift -= 4) out.push_back(hex[(v >> shift) & 0xf]);
+}
+
+}  // namespace
+
+std::optional<trace_parent> parse_traceparent(std::string_view v) {
+  // version "-" trace-id "-" parent-id "-" flags
+  if (v.size() < 55 || v[2] != '-' || v[35] != '-' || v[52] != '-') return std::nullopt;
+  const auto version = v.substr(0, 2), trace = v.substr(3, 32), parent = v.substr(36, 16), flags = v.substr(53, 2);
+  if (!lower_hex(version) || version == "ff" || !lower_hex(trace) || !lower_hex(parent) || !lower_hex(flags))
+    return std::nullopt;
+  if (version == "00" ? v.size() != 55 : v.size() > 55 && v[55] != '-') return std::nullopt;
+  if (all_zero(trace) || all_zero(parent)) return std::nullopt;
+  return trace_parent{trace, parent, (hex_value(flags[1]) & 1) != 0};
+}
+
+void make_traceparent(const std::optional<trace_parent>& incoming, double sample_ratio, std::string& out) {
+  out.assign("00-");
+  bool sampled;
+  if (incoming) {
+    out.append(incoming->trace_id);
+    sampled = incoming->sampled;
+  } else {
+    append_hex64(out);
+    append_hex64(out);
+    // (53 random bits against the ratio: 0 never, 1 always)
+    sampled = static_cast<double>(next_random() >> 11) * 0x1.0p-53 < sample_ratio;
+  }
+  out.push_back('-');
+  append_hex64(out);
+  out.append(sampled ? "-01" : "-00");
+}
+
+}  // namespace fg::http
