@@ -16,7 +16,8 @@ FG_PROFILE_ADMIN=1 turns the admin listener on (so the metrics are counted);
 FG_PROFILE_STORE=memory counts every limit in the process (`callgrind /memory`: peers.py's
 memory-store path); FG_PROFILE_H2C=1 loads it with cleartext HTTP/2 (h2load, 32
 connections of 10 streams; http2.cleartext on) instead of wrk's HTTP/1.1, and says what
-share of the instructions nghttp2's own code took."""
+share of the instructions nghttp2's own code took; FG_PROFILE_TRACING=1 turns
+tracing.propagate on (a traceparent to every upstream request)."""
 import os
 import re
 import shutil
@@ -70,6 +71,8 @@ class Setup:
         conf = d / "floodgate.yaml"
         if H2C:
             conf.write_text(conf.read_text() + "http2:\n  cleartext: true\n")
+        if os.environ.get("FG_PROFILE_TRACING") == "1":  # a traceparent to every upstream request
+            conf.write_text(conf.read_text() + "tracing:\n  propagate: true\n")
         p = subprocess.Popen(["taskset", "-c", bench.SERVER_CORE, *wrapper, bench.FLOODGATE, "--config", str(conf)],
                              stderr=subprocess.DEVNULL if wrapper else None)
         self.procs.append(p)
