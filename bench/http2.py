@@ -15,7 +15,6 @@ floodgate's over nginx's in the same round."""
 import resource
 import socket
 import ssl
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402
 from bench import CLIENT_CORE  # noqa: E402
-from tls import rss_kib, start_proxies  # noqa: E402  (the same servers as bench/tls.py)
+from tls import print_medians, rss_kib, start_proxies  # noqa: E402  (the same servers as bench/tls.py)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "integration"))
 
@@ -92,15 +91,8 @@ def main():
             for load, conns, streams in loads:
                 for name in order:
                     results[(load, name)].append(h2load(ports[name], conns, streams, seconds, work))
-        print(f"HTTP/2 over TLS 1.3, ECDSA P-256, one worker each; {rounds} rounds of {seconds} s; medians")
-        print(f"{'load':<24}{'nginx req/s':>12}{'p99 ms':>8}{'floodgate':>12}{'p99 ms':>8}{'ratio':>8}")
-        for load, _, _ in loads:
-            n = results[(load, "nginx")]
-            f = results[(load, "floodgate")]
-            ratios = [fr[0] / nr[0] for fr, nr in zip(f, n) if nr[0]]
-            print(f"{load:<24}{statistics.median(x[0] for x in n):>12.0f}{statistics.median(x[1] for x in n):>8.2f}"
-                  f"{statistics.median(x[0] for x in f):>12.0f}{statistics.median(x[1] for x in f):>8.2f}"
-                  f"{statistics.median(ratios):>7.2f}x")
+        print_medians(f"HTTP/2 over TLS 1.3, ECDSA P-256, one worker each; {rounds} rounds of {seconds} s; medians",
+                      loads, results)
         mem = {name: idle_h2_kib(ports[name], pids[name]) for name in ("nginx", "floodgate")}
         print(f"RSS per idle HTTP/2 connection (2,000 open): nginx {mem['nginx']:.1f} KiB, "
               f"floodgate {mem['floodgate']:.1f} KiB")

@@ -132,6 +132,20 @@ def start_proxies(work, procs, http2=False):
     return {"nginx": nginx_port, "floodgate": fg_port}, pids
 
 
+def print_medians(title, loads, results):
+    """The table of a run: per load, each server's median req/s and p99 (results[(load,
+    name)]: a (req/s, p99 ms) per round) and the median of floodgate's ratios to nginx."""
+    print(title)
+    print(f"{'load':<24}{'nginx req/s':>12}{'p99 ms':>8}{'floodgate':>12}{'p99 ms':>8}{'ratio':>8}")
+    for load, *_ in loads:
+        n = results[(load, "nginx")]
+        f = results[(load, "floodgate")]
+        ratios = [fr[0] / nr[0] for fr, nr in zip(f, n) if nr[0]]
+        print(f"{load:<24}{statistics.median(x[0] for x in n):>12.0f}{statistics.median(x[1] for x in n):>8.2f}"
+              f"{statistics.median(x[0] for x in f):>12.0f}{statistics.median(x[1] for x in f):>8.2f}"
+              f"{statistics.median(ratios):>7.2f}x")
+
+
 def main():
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # 10,000 client sockets and more
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 30_000), hard))
@@ -149,15 +163,8 @@ def main():
             for load, conns, close in loads:
                 for name in order:
                     results[(load, name)].append(wrk_tls(ports[name], conns, seconds, close))
-        print(f"TLS 1.3, ECDSA P-256, one worker each; {rounds} rounds of {seconds} s; medians")
-        print(f"{'load':<24}{'nginx req/s':>12}{'p99 ms':>8}{'floodgate':>12}{'p99 ms':>8}{'ratio':>8}")
-        for load, _, _ in loads:
-            n = results[(load, "nginx")]
-            f = results[(load, "floodgate")]
-            ratios = [fr[0] / nr[0] for fr, nr in zip(f, n)]
-            print(f"{load:<24}{statistics.median(x[0] for x in n):>12.0f}{statistics.median(x[1] for x in n):>8.2f}"
-                  f"{statistics.median(x[0] for x in f):>12.0f}{statistics.median(x[1] for x in f):>8.2f}"
-                  f"{statistics.median(ratios):>7.2f}x")
+        print_medians(f"TLS 1.3, ECDSA P-256, one worker each; {rounds} rounds of {seconds} s; medians", loads,
+                      results)
         for label, reuse, clients, version in (("full, 8 s_time, TLS 1.3", False, 8, "-tls1_3"),
                                                ("s_time full, TLS 1.2", False, 1, "-tls1_2"),
                                                ("s_time resumed, TLS 1.2", True, 1, "-tls1_2")):
