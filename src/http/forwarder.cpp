@@ -6,10 +6,10 @@
 #include <cctype>
 #include <array>
 #include <charconv>
-#include <random>
 #include <cstring>
 #include <cstdint>
 #include "util/asio.hpp"
+#include "util/random.hpp"
 
 namespace fg::http {
 
@@ -290,8 +290,6 @@ bool build_downstream_response(const response_head& h, const response_context& c
 }
 
 void make_request_id(std::string& id) {
-  // splitmix64: ids need to be unique, not secret.
-  thread_local std::uint64_t state = (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   static constexpr auto table = [] {
     std::array<char, 512> t{};
     constexpr char hex[] = "0123456789abcdef";
@@ -301,10 +299,7 @@ void make_request_id(std::string& id) {
   id.resize(32);
   char* out = id.data();
   for (int half = 0; half < 2; ++half) {
-    std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    z ^= z >> 31;
+    std::uint64_t z = util::unique_random();
     for (int i = 0; i < 8; ++i, z >>= 8) std::memcpy(out + half * 16 + i * 2, &table[(z & 0xff) * 2], 2);
   }
 }

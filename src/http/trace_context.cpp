@@ -1,8 +1,8 @@
 #include "http/trace_context.hpp"
 
-#include <array>
 #include <cstdint>
-#include <random>
+
+#include "util/random.hpp"
 
 namespace fg::http {
 
@@ -18,21 +18,11 @@ bool all_zero(std::string_view s) { return s.find_first_not_of('0') == std::stri
 
 int hex_value(char c) { return c <= '9' ? c - '0' : c - 'a' + 10; }
 
-// splitmix64 per thread: ids must not collide, not be secret (as X-Request-Id's).
-std::uint64_t next_random() {
-  thread_local std::uint64_t state =
-      (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
-  std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 // 16 hex digits of a random value, never all zero (an all-zero id is invalid).
 void append_hex64(std::string& out) {
   static constexpr char hex[] = "0123456789abcdef";
   std::uint64_t v = 0;
-  while (v == 0) v = next_random();
+  while (v == 0) v = util::unique_random();
   for (int shift = 60; shift >= 0; shift -= 4) out.push_back(hex[(v >> shift) & 0xf]);
 }
 
@@ -59,7 +49,7 @@ void make_traceparent(const std::optional<trace_parent>& incoming, double sample
     append_hex64(out);
     append_hex64(out);
     // (53 random bits against the ratio: 0 never, 1 always)
-    sampled = static_cast<double>(next_random() >> 11) * 0x1.0p-53 < sample_ratio;
+    sampled = static_cast<double>(util::unique_random() >> 11) * 0x1.0p-53 < sample_ratio;
   }
   out.push_back('-');
   append_hex64(out);
