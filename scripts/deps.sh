@@ -21,11 +21,12 @@ runtime_pkgs=(ca-certificates tzdata libsystemd0 libdate-tz3 libboost-program-op
 # the functions and lines in their reports.
 # wrk: the rate floods of tests/integration/test_accuracy.py (and the benchmarks).
 # testssl.sh: test_tls.py checks the TLS listener with it (protocols, ciphers, SNI).
-# nghttp2-client (nghttp, h2load) and python3-h2 (frames written by hand): the HTTP/2 tests.
+# nghttp2-client (nghttp, h2load) and python3-h2 (frames written by hand): the HTTP/2 tests;
+# python3-grpcio: the gRPC tests' real servers and clients (generic handlers, bytes messages).
 # kubernetes-client: kubectl 1.20, whose kustomize (v2.0.3) renders docker/k8s/'s overlays
 # for tests/docker/test_files.py.
 test_pkgs=(redis-server redis-sentinel python3 python3-pytest python3-yaml openssl testssl.sh faketime buildah debootstrap iproute2 wrk
-           clang-16 libfuzzer-16-dev libclang-rt-16-dev llvm-16 kubernetes-client nghttp2-client python3-h2)
+           clang-16 libfuzzer-16-dev libclang-rt-16-dev llvm-16 kubernetes-client nghttp2-client python3-h2 python3-grpcio)
 bench_pkgs=(nginx-light haproxy util-linux procps)
 # The Debian package (scripts/package.sh): dpkg-shlibdeps, help2man for the man page;
 # lintian checks it, systemd-analyze scores its unit (tests/package/test_package.sh).

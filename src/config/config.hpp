@@ -269,6 +269,13 @@ struct upstream_config {
   // set below the servers' own, so that they never close one as it is reused.
   duration idle_timeout{60'000};
   upstream_tls_config tls;
+  // The protocol its servers speak: HTTP/1.1 (a request per pooled connection at a time),
+  // or HTTP/2 (`h2`: prior knowledge in cleartext, ALPN h2 over `tls:`), a worker's
+  // connection to a server carrying many requests at once (gRPC needs it).
+  enum class protocol { http1, h2 } proto = protocol::http1;
+  // h2: a stream quiet both ways this long is ended (its response head is bounded by
+  // response_timeout; a gRPC stream's later messages may be minutes apart).
+  duration stream_idle_timeout{300'000};
 };
 
 // How a limit with plans picks one per request: by a plan name the request carries
@@ -370,6 +377,9 @@ enum class body_format { problem, text, custom };
 
 struct response_config {
   unsigned status = 429;
+  // A gRPC request's denial (its content-type application/grpc*): HTTP 200 with this
+  // grpc-status (8: RESOURCE_EXHAUSTED; e.g. 14: UNAVAILABLE, which clients retry).
+  unsigned grpc_status = 8;
   body_format format = body_format::problem;
   // custom: the body, with {limit} {retry_after} {plan} {route} {status} filled in.
   std::string body;

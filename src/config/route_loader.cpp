@@ -162,6 +162,7 @@ void route_loader::match(const YAML::Node& node, route_match& m) {
 void route_loader::response(const YAML::Node& node, response_config& rc) {
   yaml_reader::object o(r_, node, "response");
   if (auto n = o.get("status"); present(n)) set(rc.status, r_.unsigned_int(n, 400, 599));
+  if (auto n = o.get("grpc_status"); present(n)) set(rc.grpc_status, r_.unsigned_int(n, 1, 16));
   auto format = o.get("format");
   if (present(format))
     if (auto f = r_.one_of(format, {"problem", "text"})) rc.format = *f == "text" ? body_format::text : body_format::problem;

@@ -7,6 +7,9 @@ void entry::expire_now() {
   expired_ = true;
   boost::system::error_code ignored;
   if (socket_) socket_->cancel(ignored);
+  // (an upstream stream of a shared connection is ended too: the client is gone; a
+  // pooled connection's socket is not, so as not to read the client's end as a timeout)
+  if (upstream_hook_) upstream_hook_(upstream_hook_arg_);
   if (hook_) hook_(hook_arg_);
 }
 
@@ -23,7 +26,7 @@ void board::sweep(clock::time_point now) {
     s.deadline_ = clock::time_point::max();
     s.expired_ = true;
     if (s.socket_) s.socket_->cancel(ignored);
-    if (s.upstream_) s.upstream_->cancel(ignored);
+    s.expire_upstream();
     if (s.hook_) s.hook_(s.hook_arg_);
   }
 }

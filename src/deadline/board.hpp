@@ -61,7 +61,16 @@ class entry {
 
   // The upstream socket in use, whose wait the deadline cancels too; none after forget.
   void watch_upstream(boost::asio::ip::tcp::socket* s) { upstream_ = s; }
-  void forget_upstream() { upstream_ = nullptr; }
+  // An upstream wait no socket of its own holds (a stream on a shared HTTP/2 connection):
+  // ended through `fn(arg)` as the upstream socket's would be, until forget_upstream.
+  void watch_upstream(void (*fn)(void*), void* arg) {
+    upstream_hook_ = fn;
+    upstream_hook_arg_ = arg;
+  }
+  void forget_upstream() {
+    upstream_ = nullptr;
+    upstream_hook_ = nullptr;
+  }
   bool watches_upstream(const boost::asio::ip::tcp::socket* s) const { return upstream_ == s; }
 
   // Waits that no socket of the entry's holds (an HTTP/2 stream's: its body to come, its
@@ -83,6 +92,13 @@ class entry {
   clock::time_point lean_at_ = clock::time_point::max();
   void (*hook_)(void*) = nullptr;
   void* hook_arg_ = nullptr;
+  void (*upstream_hook_)(void*) = nullptr;
+  void* upstream_hook_arg_ = nullptr;
+  void expire_upstream() {
+    boost::system::error_code ignored;
+    if (upstream_) upstream_->cancel(ignored);
+    if (upstream_hook_) upstream_hook_(upstream_hook_arg_);
+  }
 };
 
 // The entries of one worker. Not thread-safe: it lives on the worker's thread.

@@ -23,6 +23,9 @@
 //   write(buffers)                // awaitable (error_code, size_t); its deadline renewed as the client reads
 //   awaitable<bool> wait_turn(ms);          // true: the client went away meanwhile
 //   awaitable<bool> upgrade(up, rp, extra, renew, every, stats&);  // a WebSocket tunnel (false: none)
+//   bool client_gone() const;     // the client ended the request (an HTTP/2 stream's reset)
+//   void set_trailers(fields);    // trailers to end the response with (HTTP/1.1: dropped)
+//   void stream_idle(ms);         // a long-lived stream: its body's waits bounded by this
 //
 // The exchange's members are defined in exchange_limits.ipp (admission, the limits,
 // local answers, the access log) and exchange_upstream.ipp (the upstream half).
@@ -48,6 +51,11 @@
 #include "limit/keys.hpp"
 #include "upstream/choice.hpp"
 #include "upstream/pool.hpp"
+
+namespace fg::upstream {
+class h2_call;
+class h2_session;
+}  // namespace fg::upstream
 
 namespace fg::http::detail {
 
@@ -116,14 +124,10 @@ class exchange {
   // exchange_upstream.ipp: the upstream half.
   asio::awaitable<outcome> forward();
   void build_request_head(const config::route_config& route, bool upgrade);
-  // What reading a body's first piece came to: its size, the status to answer instead
-  // (refuse), or that the client is gone.
-  struct first_piece {
-    std::size_t bytes = 0;
-    unsigned refuse = 0;
-    bool client_gone = false;
-  };
-  asio::awaitable<first_piece> read_first_piece();
+  // The request body's first piece read into the body block (its size in `piece`), or
+  // the answer that ends the request instead (417, 400, 408, 413, 429; closed: the
+  // client is gone).
+  asio::awaitable<std::optional<outcome>> read_first_piece(std::size_t& piece);
   void log_failure(const config::upstream_config& cfg, stage at, error_code ec, bool upstream_fault) const;
   std::optional<std::uint64_t> balance_key(const config::upstream_config& up) const;
   struct next_try {
@@ -149,6 +153,17 @@ class exchange {
   asio::awaitable<outcome> relay_response(upstream::connection& up, const config::upstream_config& cfg,
                                           bool& reusable);
   asio::awaitable<outcome> run_upgrade(upstream::connection& up, unsigned status);
+  // exchange_h2.ipp: to an HTTP/2 upstream.
+  asio::awaitable<outcome> forward_h2();
+  asio::awaitable<std::shared_ptr<upstream::h2_session>> connect_h2(const config::upstream_config& up_cfg,
+                                                                    const upstream::upstream_servers& servers, error_code& ec);
+  asio::awaitable<outcome> stream_h2(upstream::h2_call& call, const config::route_config& route,
+                                     const config::upstream_config& cfg, clock::time_point t0);
+  asio::awaitable<outcome> pump_h2(upstream::h2_call& call, const config::upstream_config& cfg);
+  void head_arrived_h2(const config::route_config& route, upstream::h2_call& call, clock::time_point t0);
+  asio::awaitable<outcome> relay_h2(upstream::h2_call& call, const config::upstream_config& cfg);
+  void grpc_trailers(unsigned code, std::string_view message);
+  bool grpc_request() const;
   auto write_up(upstream::connection& up, std::span<const asio::const_buffer> bufs, std::chrono::milliseconds timeout);
 
   // Lent by the worker for one request's bodies (given back when its scope ends).
@@ -179,6 +194,9 @@ class exchange {
   double upstream_ms_ = -1;
   std::int64_t delayed_ms_ = 0;  // how long this request waited for its turn (on_exceed: delay)
   clock::time_point started_;
+  unsigned pump_failed_ = 0;  // an HTTP/2 upstream's body pump: the client's failure (its status)
+  bool denial_ = false;       // the local answer being sent is a limit's denial
+  std::string grpc_extra_;    // a gRPC local answer's fields
 };
 
 // What one request holds while it is served: its place among the requests that use the

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "http/exchange.hpp"
+#include "http/grpc.hpp"
 #include "limit/denial.hpp"
 #include "limit/keys.hpp"
 #include "limit/rate_headers.hpp"
@@ -64,7 +65,25 @@ template <class Down>
 asio::awaitable<outcome> exchange<Down>::answer(unsigned status, bool keep_alive, std::string_view body,
                                                 std::string_view extra, std::string_view content_type) {
   log_request(status);
+  // A gRPC call is answered as gRPC: HTTP 200 with a grpc-status (trailers-only), the
+  // rate-limit fields kept as metadata; the access log keeps the status it stands for.
+  if (status >= 400 && grpc_request()) {
+    const bool denied = std::exchange(denial_, false) && limits_.route;
+    const unsigned code = denied ? limits_.route->response.grpc_status : grpc_status_of(status);
+    grpc_extra_.assign(extra);
+    grpc_extra_.append("grpc-status: ").append(std::to_string(code)).append("\r\ngrpc-message: ");
+    grpc_extra_.append(grpc_message_of(status)).append("\r\n");
+    return down_.send_local(200, keep_alive, {}, grpc_extra_, "application/grpc");
+  }
+  denial_ = false;
   return down_.send_local(status, keep_alive, body, extra, content_type);
+}
+
+template <class Down>
+bool exchange<Down>::grpc_request() const {
+  const auto ct = down_.request()[bhttp::field::content_type];
+  // (application/grpc, application/grpc+proto; not grpc-web, which is framed otherwise)
+  return ct.starts_with("application/grpc") && (ct.size() == 16 || ct[16] == '+' || ct[16] == ';');
 }
 
 template <class Down>
@@ -169,6 +188,7 @@ asio::awaitable<outcome> exchange<Down>::refuse(limit::status st) {
   auto& body = limits_.body;
   body.clear();
   if (st == limit::status::over_limit) {
+    denial_ = true;
     limit::append_denial_body(body, route, limits_.checks, limits_.decisions);
     co_return co_await answer(route.response.status, keeps_after_refusal(), body, limits_.headers,
                               limit::content_type(route.response));

@@ -78,17 +78,18 @@ void exchange<Down>::build_request_head(const config::route_config& route, bool 
 // rejected with upstream having received nothing. A client that expects 100-continue is
 // told to go on first.
 template <class Down>
-asio::awaitable<typename exchange<Down>::first_piece> exchange<Down>::read_first_piece() {
-  if (ad_.has_expect && !co_await down_.send_continue()) co_return first_piece{.client_gone = true};
+asio::awaitable<std::optional<outcome>> exchange<Down>::read_first_piece(std::size_t& piece) {
+  if (ad_.has_expect && !util::iequals(ad_.expect, "100-continue")) co_return co_await answer(417, false);
+  if (!ad_.has_body()) co_return std::nullopt;
+  if (ad_.has_expect && !co_await down_.send_continue()) co_return outcome::closed;
   const bool chunked = ad_.framing.type == body_framing::kind::chunked;
-  if (!down_.start_body(chunked)) co_return first_piece{.refuse = 400};
-  first_piece out;
-  auto ec = co_await down_.read_body(body_buf(), body_chunk, out.bytes);
-  if (ec) out.refuse = ec == beast::error::timeout ? 408 : 400;
-  // Over the limit already: refused with upstream having received nothing.
-  else if (const auto max = rt_->cfg->http.max_body_bytes; max && out.bytes > max) out.refuse = 413;
-  else if (chunked && out.bytes > limit::body_bytes_left(limits_)) out.refuse = 429;
-  co_return out;
+  if (!down_.start_body(chunked)) co_return co_await answer(400, false);
+  auto ec = co_await down_.read_body(body_buf(), body_chunk, piece);
+  if (ec) co_return co_await answer(ec == beast::error::timeout ? 408 : 400, false);
+  // Over the limit already: refused with upstream having received nothing (not charged).
+  if (const auto max = rt_->cfg->http.max_body_bytes; max && piece > max) co_return co_await answer(413, false);
+  if (chunked && piece > limit::body_bytes_left(limits_)) co_return co_await refuse_over_quota(piece);
+  co_return std::nullopt;
 }
 
 template <class Down>
@@ -161,20 +162,15 @@ std::optional<std::uint64_t> exchange<Down>::balance_key(const config::upstream_
 // whole exchange: a plain GET costs no more frames than this and the relay.
 template <class Down>
 asio::awaitable<outcome> exchange<Down>::forward() {
-  const auto& req = down_.request();
   const auto& route = rt_->cfg->routes[static_cast<std::size_t>(ad_.route)];
   const auto& up_cfg = rt_->upstreams[route.upstream_index];
+  if (up_cfg.proto == config::upstream_config::protocol::h2) co_return co_await forward_h2();
+  const auto& req = down_.request();
   const bool upgrade = ad_.has_upgrade && !ad_.has_body() && is_upgrade_request(req);
   build_request_head(route, upgrade);
   std::size_t piece = 0;
-  if (ad_.has_expect && !util::iequals(ad_.expect, "100-continue")) co_return co_await answer(417, false);
-  if (ad_.has_body()) {
-    const auto first = co_await read_first_piece();
-    if (first.client_gone) co_return outcome::closed;
-    if (first.refuse == 429) co_return co_await refuse_over_quota(first.bytes);  // (upstream got none: not charged)
-    if (first.refuse) co_return co_await answer(first.refuse, false);
-    piece = first.bytes;
-  }
+  if (ad_.has_body() || ad_.has_expect)
+    if (auto answered = co_await read_first_piece(piece)) co_return *answered;
   // Timed for the metrics' histogram and the access log: two clock reads a request.
   const auto t0 = ctx_.metrics || (ctx_.access && ctx_.access->enabled()) ? clock::now() : clock::time_point{};
   upstream::connection_ptr up;
@@ -389,3 +385,5 @@ asio::awaitable<outcome> exchange<Down>::run_upgrade(upstream::connection& up, u
 }
 
 }  // namespace fg::http::detail
+
+#include "http/exchange_h2.ipp"  // (forward() hands an HTTP/2 upstream's requests to it)

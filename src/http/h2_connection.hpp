@@ -90,6 +90,9 @@ class h2_stream {
   std::span<const asio::const_buffer> response_piece(bool head_too, const char* data, std::size_t n, bool last);
   asio::awaitable<std::tuple<error_code, std::size_t>> write(std::span<const asio::const_buffer> bufs);
   asio::awaitable<bool> wait_turn(std::chrono::milliseconds wait);
+  bool client_gone() const { return reset_; }
+  void set_trailers(std::span<const std::pair<std::string, std::string>> fields);
+  void stream_idle(std::chrono::milliseconds idle) { stream_idle_ = idle; }
   asio::awaitable<bool> upgrade(upstream::connection&, response_parser&, std::string_view, std::function<void()>,
                                 std::chrono::milliseconds, tunnel_stats&) {
     co_return false;  // (no WebSocket over HTTP/2: RFC 8441 is not offered)
@@ -142,6 +145,8 @@ class h2_stream {
   bool out_last_ = false;
   bool piece_head_ = false;
   std::array<asio::const_buffer, 1> piece_{};
+  h2_head out_trailers_;  // sent after the body's last DATA (an HTTP/2 upstream's, gRPC's status)
+  std::chrono::milliseconds stream_idle_{0};  // a long-lived stream's bound on its waits (else http.idle_timeout)
   asio::steady_timer wake_;
   deadline::board::watch watch_;
   exchange<h2_stream> ex_;  // (last: gone first)

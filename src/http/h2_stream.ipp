@@ -15,7 +15,7 @@ namespace fg::http::detail {
 
 template <class Stream>
 h2_stream<Stream>::h2_stream(conn_type& conn, std::int32_t id)
-    : conn_(conn), id_(id), wake_(conn.conn_.stream().get_executor()), watch_(conn.ctx_.deadlines.open(nullptr)),
+    : conn_(conn), id_(id), wake_(conn.conn_.stream().get_executor(), clock::time_point::max()), watch_(conn.ctx_.deadlines.open(nullptr)),
       ex_(conn.ctx_, *this) {
   ex_.use_current();
   watch_->set_busy();
@@ -39,7 +39,7 @@ std::string_view h2_stream<Stream>::client_cert() const {
 }
 template <class Stream>
 std::chrono::milliseconds h2_stream<Stream>::idle_timeout() const {
-  return ex_.rt().cfg->http.idle_timeout;
+  return stream_idle_.count() ? stream_idle_ : ex_.rt().cfg->http.idle_timeout;
 }
 
 template <class Stream>
@@ -97,7 +97,9 @@ void h2_stream<Stream>::gone() {
 
 template <class Stream>
 asio::awaitable<void> h2_stream<Stream>::sleep() {
-  wake_.expires_at(clock::time_point::max());
+  // (set only when a wait_turn changed it: setting it cancels every wait of the timer,
+  // and a stream streaming both ways has two, its body's and its answer's)
+  if (wake_.expiry() != clock::time_point::max()) wake_.expires_at(clock::time_point::max());
   co_await wake_.async_wait(util::use_tuple);
 }
 
@@ -150,6 +152,10 @@ ssize_t h2_stream<Stream>::read_out(nghttp2_session*, std::int32_t, std::uint8_t
     s.wake();
     if (s.out_last_) {
       *flags |= NGHTTP2_DATA_FLAG_EOF;
+      // (the trailers end the stream instead: a HEADERS frame after the last DATA)
+      if (!s.out_trailers_.fields.empty() &&
+          nghttp2_submit_trailer(s.conn_.session_, s.id_, s.out_trailers_.fields.data(), s.out_trailers_.fields.size()) == 0)
+        *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
     } else if (n == 0) {
       return NGHTTP2_ERR_DEFERRED;
     }
@@ -236,8 +242,8 @@ asio::awaitable<std::tuple<error_code, std::size_t>> h2_stream<Stream>::write(st
   const auto n = out_left_;
   if (reset_) co_return std::tuple{error_code(asio::error::connection_reset), std::size_t{0}};
   if (piece_head_) {
-    // (a response with no body, or an empty one, ends with its head)
-    if (!submit_head(body_expected_ && !(out_last_ && out_left_ == 0)))
+    // (a response with no body, or an empty one and no trailers, ends with its head)
+    if (!submit_head(body_expected_ && !(out_last_ && out_left_ == 0 && out_trailers_.fields.empty())))
       co_return std::tuple{error_code(asio::error::connection_reset), std::size_t{0}};
   } else {
     nghttp2_session_resume_data(conn_.session_, id_);
@@ -245,6 +251,24 @@ asio::awaitable<std::tuple<error_code, std::size_t>> h2_stream<Stream>::write(st
   }
   auto ec = co_await sent_out();
   co_return std::tuple{ec, ec ? std::size_t{0} : n};
+}
+
+template <class Stream>
+void h2_stream<Stream>::set_trailers(std::span<const std::pair<std::string, std::string>> fields) {
+  auto& t = out_trailers_;
+  t.storage.clear();
+  t.fields.clear();
+  std::size_t size = 0;
+  for (const auto& [n, v] : fields) size += n.size() + v.size();
+  t.storage.reserve(size);  // (whole first: the fields point into it)
+  for (const auto& [n, v] : fields) {
+    if (n.empty() || n.front() == ':' || connection_specific(n)) continue;
+    const auto at = t.storage.size();
+    t.storage.append(n).append(v);
+    t.fields.push_back({reinterpret_cast<std::uint8_t*>(t.storage.data() + at),
+                        reinterpret_cast<std::uint8_t*>(t.storage.data() + at + n.size()), n.size(), v.size(),
+                        NGHTTP2_NV_FLAG_NONE});
+  }
 }
 
 template <class Stream>

@@ -13,7 +13,7 @@ std::string_view reason(unsigned status) {
 std::string render(const local_response& r) {
   std::string default_body;
   std::string_view body = r.body;
-  if (body.empty()) {
+  if (body.empty() && r.status >= 400) {
     std::string lower;
     for (char c : reason(r.status)) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     default_body = "{\"error\":\"" + lower + "\"}\n";

@@ -6,7 +6,7 @@ namespace fg::http {
 
 struct local_response {
   unsigned status = 500;
-  std::string_view body;                          // default: {"error":"<reason>"}
+  std::string_view body;                          // default (an error's): {"error":"<reason>"}
   std::string_view content_type = "application/json";
   std::string_view extra;                         // raw "Name: value\r\n" lines
   std::string_view request_id;

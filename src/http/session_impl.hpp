@@ -128,6 +128,11 @@ class session {
         write_down_op<Stream>{conn_.stream(), conn_.watch(), ex_.rt().cfg->http.idle_timeout, bufs}, deferred_tuple);
   }
   asio::awaitable<bool> wait_turn(std::chrono::milliseconds wait);
+  // (the client's end is seen when its connection is read or written)
+  bool client_gone() const { return false; }
+  // (trailers on HTTP/1.1 are dropped: a chunked body's trailer section is not written)
+  void set_trailers(std::span<const std::pair<std::string, std::string>>) {}
+  void stream_idle(std::chrono::milliseconds) {}
   asio::awaitable<bool> upgrade(upstream::connection& up, response_parser& rp, std::string_view extra,
                                 std::function<void()> renew, std::chrono::milliseconds every, tunnel_stats& stats);
 

@@ -295,7 +295,7 @@ std::optional<tls_contexts> tls_contexts::read(const config::config& cfg, std::v
   for (const auto& u : cfg.upstreams) {
     out.upstreams.emplace_back();
     if (!u.tls.enabled) continue;
-    if (!(out.upstreams.back() = tls::client_context::build(u.tls, u.name, error))) errors.push_back(error);
+    if (!(out.upstreams.back() = tls::client_context::build(u.tls, u.name, error, u.proto == config::upstream_config::protocol::h2))) errors.push_back(error);
   }
   if (errors.size() != before) return std::nullopt;
   return out;

@@ -13,7 +13,8 @@ client_context::~client_context() {
 }
 
 std::shared_ptr<const client_context> client_context::build(const config::upstream_tls_config& cfg,
-                                                            const std::string& upstream, std::string& error) {
+                                                            const std::string& upstream, std::string& error,
+                                                            bool h2) {
   std::shared_ptr<client_context> out(new client_context);
   ERR_clear_error();
   out->ctx_ = SSL_CTX_new(TLS_client_method());
@@ -33,8 +34,10 @@ std::shared_ptr<const client_context> client_context::build(const config::upstre
   SSL_CTX_set_read_ahead(ctx, 1);  // (a read per flight, not one per record header and body)
   // Sessions are kept by the pool, per server (not in OpenSSL's cache, keyed by nothing we know).
   SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
-  static constexpr unsigned char alpn[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
-  SSL_CTX_set_alpn_protos(ctx, alpn, sizeof alpn);  // (0 on success)
+  static constexpr unsigned char alpn[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'}, alpn_h2[] = {2, 'h', '2'};
+  // (0 on success)
+  if (h2) SSL_CTX_set_alpn_protos(ctx, alpn_h2, sizeof alpn_h2);
+  else SSL_CTX_set_alpn_protos(ctx, alpn, sizeof alpn);
   if (cfg.verify) {
     SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
     SSL_CTX_set_verify_depth(ctx, 8);

@@ -24,10 +24,12 @@ class client_context {
   client_context(const client_context&) = delete;
   client_context& operator=(const client_context&) = delete;
 
+  // `h2`: ALPN offers h2 alone (an HTTP/2 upstream), else http/1.1.
   // Reads the CA bundle (else the system's store) and the client certificate; null with
   // `error` ("file:line: upstream NAME tls ...: what OpenSSL says") when one cannot be used.
   static std::shared_ptr<const client_context> build(const config::upstream_tls_config& cfg,
-                                                     const std::string& upstream, std::string& error);
+                                                     const std::string& upstream, std::string& error,
+                                                     bool h2 = false);
 
   // A new SSL object for a connection to a server whose host (the name its address came
   // from, else the address) is `host`: tls.server_name, else `host`, is sent as SNI (not

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include "net/peek.hpp"
 #include "net/unsent.hpp"
+#include "upstream/h2_session.hpp"
 #include "upstream/send_batch.hpp"
 #include "util/asio.hpp"
 
@@ -30,7 +31,8 @@ void pool::configure(const std::vector<config::upstream_config>& upstreams) {
         auto& olds = old->second.servers;
         auto it = std::find_if(olds.begin(), olds.end(), [&](auto& o) { return o.address == sv.address; });
         // (TLS settings that changed: connections and sessions of the old ones go)
-        if (it != olds.end() && old->second.cfg.tls == u.tls) ns = std::move(*it);
+        // (a protocol changed: the same)
+        if (it != olds.end() && old->second.cfg.tls == u.tls && old->second.cfg.proto == u.proto) ns = std::move(*it);
       }
       if (ns.address_id == 0) ns.address_id = ++next_address_id_;
       if (ns.idle.size() > u.max_idle) ns.idle.resize(u.max_idle);
@@ -183,9 +185,42 @@ void pool::release(std::string_view upstream, connection_ptr c) {
   idle_total_.store(idle_total_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
+std::shared_ptr<h2_session> pool::take_h2(const config::upstream_config& upstream, std::size_t server) {
+  auto* s = find(upstream.name, upstream, server);
+  if (!s) return nullptr;
+  std::erase_if(s->h2, [](const auto& h) { return h.s->dead(); });
+  for (auto& h : s->h2)
+    if (h.s->open_for_more()) return h.s;
+  return nullptr;
+}
+
+bool pool::add_h2(const config::upstream_config& upstream, std::size_t server, const std::shared_ptr<h2_session>& h) {
+  auto* s = find(upstream.name, upstream, server);
+  if (!s || h->conn().address_id != s->address_id || s->h2.size() >= std::max<std::size_t>(1, upstream.max_idle))
+    return false;
+  s->h2.emplace_back(h);
+  return true;
+}
+
+h2_pooled& h2_pooled::operator=(h2_pooled&& o) noexcept {
+  if (this != &o) {
+    if (s) s->unpool();
+    s = std::move(o.s);
+  }
+  return *this;
+}
+
+h2_pooled::~h2_pooled() {
+  if (s) s->unpool();
+}
+
 void pool::close_idle() {
   for (auto& [name, s] : slots_)
-    for (auto& sv : s.servers) sv.idle.clear();
+    for (auto& sv : s.servers) {
+      sv.idle.clear();
+      // (an HTTP/2 connection with streams open ends with them: it is no longer offered)
+      sv.h2.clear();
+    }
   idle_total_.store(0, std::memory_order_relaxed);
 }
 
@@ -198,6 +233,9 @@ void pool::close_expired(std::chrono::steady_clock::time_point now) {
                                 [&](const connection_ptr& c) { return now - c->idle_since < s.cfg.idle_timeout; });
       closed |= fresh != sv.idle.begin();
       sv.idle.erase(sv.idle.begin(), fresh);
+      std::erase_if(sv.h2, [&](const auto& h) {
+        return h.s->dead() || (!h.s->active() && now - h.s->idle_since >= s.cfg.idle_timeout);
+      });
     }
   if (closed) count_idle();
 }

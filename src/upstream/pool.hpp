@@ -20,6 +20,16 @@
 
 namespace fg::upstream {
 
+class h2_session;
+// An HTTP/2 connection the pool offers; let go (dropped, or its upstream gone with a
+// reload), it ends once its last stream has.
+struct h2_pooled {
+  std::shared_ptr<h2_session> s;
+  explicit h2_pooled(std::shared_ptr<h2_session> p) : s(std::move(p)) {}
+  h2_pooled(h2_pooled&&) noexcept = default;
+  h2_pooled& operator=(h2_pooled&& o) noexcept;
+  ~h2_pooled();
+};
 
 // Per-worker pools of keep-alive connections, one per server of each upstream, by
 // upstream name and server address (a reload that keeps a server keeps its idle
@@ -52,6 +62,13 @@ class pool {
   // Return a connection whose last exchange completed cleanly.
   void release(std::string_view upstream, connection_ptr c);
 
+  // HTTP/2 upstreams (protocol: h2): a connection to `server` that takes another stream,
+  // else null (then connect(), and add_h2 the session made on it).
+  std::shared_ptr<h2_session> take_h2(const config::upstream_config& upstream, std::size_t server);
+  // Kept for the requests that follow (at most max_idle per server, at least one); false:
+  // not kept (a reload moved the server, or enough are kept): the caller's only.
+  bool add_h2(const config::upstream_config& upstream, std::size_t server, const std::shared_ptr<h2_session>& s);
+
   void close_idle();
   // Closes the connections idle for the upstream's idle_timeout or longer (the sweeper's).
   void close_expired(std::chrono::steady_clock::time_point now);
@@ -69,6 +86,8 @@ class pool {
     std::uint64_t address_id = 0;
     // The TLS session the server gave last (resumed by the next connection to it).
     tls::session_ptr session;
+    // protocol: h2: its connections, each carrying many streams.
+    std::vector<h2_pooled> h2;
   };
   struct slot {
     config::upstream_config cfg;

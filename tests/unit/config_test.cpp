@@ -1021,3 +1021,27 @@ TEST_CASE("config: redis.startup_wait and sentinel_quorum", "[config][redis]") {
                    kRoutes)
                   .ok());
 }
+
+TEST_CASE("config: an HTTP/2 upstream, its quiet streams' bound, and gRPC's denial status", "[config]") {
+  const std::string up = "upstreams:\n  api:\n    address: \"127.0.0.1:9000\"\n    protocol: h2\n"
+                         "    stream_idle_timeout: 10m\nroutes:\n" + kRoute + "    response:\n      grpc_status: 14\n";
+  auto r = load(up);
+  REQUIRE(r.ok());
+  CHECK(r.cfg->upstreams[0].proto == cfg::upstream_config::protocol::h2);
+  CHECK(r.cfg->upstreams[0].stream_idle_timeout == 600s);
+  CHECK(r.cfg->routes[0].response.grpc_status == 14);
+  auto d = load(kRoutes);
+  REQUIRE(d.ok());
+  CHECK(d.cfg->upstreams[0].proto == cfg::upstream_config::protocol::http1);
+  CHECK(d.cfg->routes[0].response.grpc_status == 8);
+  auto bad = load("upstreams:\n  api:\n    address: \"127.0.0.1:9000\"\n    protocol: h3\nroutes:\n" + kRoute);
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(describe(bad), Catch::Contains("test.yaml:4:") && Catch::Contains("h2"));
+  auto checked = load("upstreams:\n  api:\n    address: \"127.0.0.1:9000\"\n    protocol: h2\n    health:\n"
+                      "      path: /healthz\nroutes:\n" + kRoute);
+  REQUIRE_FALSE(checked.ok());
+  CHECK_THAT(describe(checked), Catch::Contains("health checks of an h2 upstream are not supported yet"));
+  auto status = load(kRoutes + "    response:\n      grpc_status: 17\n");
+  REQUIRE_FALSE(status.ok());
+  CHECK_THAT(describe(status), Catch::Contains("from 1 to 16"));
+}

@@ -111,6 +111,9 @@ struct fake_down {
     turns.push_back(wait);
     co_return client_leaves_while_waiting;
   }
+  bool client_gone() const { return false; }
+  void set_trailers(std::span<const std::pair<std::string, std::string>>) {}
+  void stream_idle(std::chrono::milliseconds) {}
   asio::awaitable<bool> upgrade(fg::upstream::connection&, fg::http::response_parser&, std::string_view,
                                 std::function<void()>, std::chrono::milliseconds, fg::http::tunnel_stats&) {
     co_return false;

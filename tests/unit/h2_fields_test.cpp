@@ -55,3 +55,31 @@ TEST_CASE("connection-specific fields and joined cookies", "[h2]") {
   fg::http::join_cookie(joined, "b=2");
   CHECK(joined == "a=1; b=2");
 }
+
+TEST_CASE("a request head for an HTTP/2 upstream: pseudo-fields from the request line and Host", "[h2]") {
+  fg::http::h2_head h;
+  using v = std::vector<std::pair<std::string, std::string>>;
+  REQUIRE(fg::http::h2_request_of("POST /test.Echo/Unary HTTP/1.1\r\nHost: api.internal:50051\r\nContent-Type: "
+                                  "application/grpc\r\nTransfer-Encoding: chunked\r\nConnection: keep-alive\r\n"
+                                  "TE: trailers\r\nX-Forwarded-For: 10.0.0.1\r\nHost: second\r\n\r\n",
+                                  "http", true, h));
+  CHECK(fields(h) == v{{":method", "POST"}, {":scheme", "http"}, {":authority", "api.internal:50051"},
+                       {":path", "/test.Echo/Unary"}, {"content-type", "application/grpc"},
+                       {"x-forwarded-for", "10.0.0.1"}, {"te", "trailers"}});
+  // no Host: no :authority; TE only when asked for
+  REQUIRE(fg::http::h2_request_of("GET /x?y=1 HTTP/1.1\r\nX-A: 1\r\n\r\n", "https", false, h));
+  CHECK(fields(h) == v{{":method", "GET"}, {":scheme", "https"}, {":path", "/x?y=1"}, {"x-a", "1"}});
+  CHECK_FALSE(fg::http::h2_request_of("GARBAGE\r\n\r\n", "http", false, h));
+}
+
+TEST_CASE("an HTTP/2 upstream's head as HTTP/1.1 text: its framing said for the relay", "[h2]") {
+  std::string out;
+  using f = std::vector<std::pair<std::string, std::string>>;
+  const f fields{{"content-type", "application/grpc"}, {"grpc-status", "0"}};
+  fg::http::h1_head_of(200, fields, true, out);  // END_STREAM with the head: no body
+  CHECK(out == "HTTP/1.1 200 \r\ncontent-type: application/grpc\r\ngrpc-status: 0\r\ncontent-length: 0\r\n\r\n");
+  fg::http::h1_head_of(200, fields, false, out);  // a body of no known length
+  CHECK(out == "HTTP/1.1 200 \r\ncontent-type: application/grpc\r\ngrpc-status: 0\r\ntransfer-encoding: chunked\r\n\r\n");
+  fg::http::h1_head_of(404, f{{"content-length", "5"}, {"connection", "close"}}, false, out);
+  CHECK(out == "HTTP/1.1 404 \r\ncontent-length: 5\r\n\r\n");
+}

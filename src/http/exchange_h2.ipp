@@ -1,0 +1,230 @@
+#pragma once
+// The upstream half of an exchange to an HTTP/2 upstream (upstreams.<name>.protocol: h2;
+// members of exchange<Down>, exchange.hpp): the request as a stream on a worker's
+// shared connection to the server (upstream/h2_session.hpp), its body streamed up while
+// the response streams down (a bidirectional gRPC call needs both at once), trailers
+// relayed, and a gRPC request's failures answered as gRPC statuses.
+//
+// Retries (RFC 9113 §8.7): a stream the server refused (REFUSED_STREAM, above a GOAWAY's
+// last stream id, or never sent before its connection failed) goes again, to another
+// connection or server, whatever its method, while its whole body is still at hand (it
+// came in the first piece); a request the server began to process is never sent twice.
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <openssl/ssl.h>
+
+#include "http/exchange.hpp"
+#include "http/exchange_limits.ipp"
+#include "http/h2_fields.hpp"
+#include "upstream/h2_session.hpp"
+
+namespace fg::http::detail {
+
+// A TLS connection whose server chose h2 by ALPN (without it, it speaks HTTP/1.1).
+inline bool chose_h2(upstream::connection& c) {
+  if (!c.tls) return true;
+  const unsigned char* p = nullptr;
+  unsigned n = 0;
+  SSL_get0_alpn_selected(c.tls.native_handle(), &p, &n);
+  return n == 2 && p[0] == 'h' && p[1] == '2';
+}
+
+template <class Down>
+asio::awaitable<outcome> exchange<Down>::forward_h2() {
+  const auto& req = down_.request();
+  const auto& route = rt_->cfg->routes[static_cast<std::size_t>(ad_.route)];
+  const auto& up_cfg = rt_->upstreams[route.upstream_index];
+  build_request_head(route, false);
+  pump_failed_ = 0;
+  const auto& servers = rt_->servers->of(route.upstream_index);
+  h2_head head;
+  if (!h2_request_of(head_out_, servers.tls ? "https" : "http", te_trailers(req[bhttp::field::te]), head))
+    co_return co_await answer(400, false);
+  std::size_t piece = 0;
+  if (ad_.has_body() || ad_.has_expect)
+    if (auto answered = co_await read_first_piece(piece)) co_return *answered;
+  const bool whole = !ad_.has_body() || down_.body_done();
+  const auto t0 = clock::now();
+  upstream::h2_call call;
+  forget_upstream forget{down_.watch(), choice_};  // (after the call: its wait forgotten first)
+  choice_.begin(*ctx_.pool, up_cfg, servers, balance_key(up_cfg), deadline::coarse_now);
+  // (a failed try goes again only as HTTP/1.1's would, or refused: never processed)
+  exchange_state st{.retry_safe = whole && is_idempotent(req.method())};
+  for (;;) {
+    error_code ec;
+    auto at = stage::connect;
+    const auto try_end = up_cfg.try_timeout.count() > 0 ? deadline::coarse_now + up_cfg.try_timeout : clock::time_point::max();
+    auto session = ctx_.pool->take_h2(up_cfg, choice_.server());
+    if (!session) session = co_await connect_h2(up_cfg, servers, ec);
+    if (session) {
+      at = stage::send;
+      down_.watch().arm(try_left(up_cfg, try_end));
+      if (!call.start(session, head.fields, ad_.has_body(), down_.watch()))
+        ec = asio::error::connection_refused, at = stage::connect;
+      else if (ad_.has_body()) ec = co_await call.send(body_buf_.get(), piece, whole);
+    }
+    if (!ec && whole) {
+      at = stage::response_head;
+      down_.watch().arm(try_left(up_cfg, try_end));
+      ec = co_await call.head();
+    }
+    if (!ec) break;
+    if (ec == asio::error::timed_out) ec = beast::error::timeout;
+    if (down_.client_gone()) {
+      log_request(499);
+      co_return outcome::closed;
+    }
+    // Refused: never processed, it goes again (to another server if there is one).
+    if (call.refused() && whole && choice_.retry(deadline::coarse_now)) {
+      call.cancel();
+      continue;
+    }
+    call.cancel();
+    upstream::connection_ptr none;
+    const auto next = after_failure(up_cfg, at, ec, st, none);
+    if (next.status == 429) co_return co_await refuse_over_quota(bytes_in_);
+    if (!next.again) co_return co_await answer(next.status, false);
+  }
+  bytes_in_ += piece;
+  if (whole) {
+    head_arrived_h2(route, call, t0);
+    co_return co_await relay_h2(call, up_cfg);
+  }
+  // The rest of the body goes up while the response comes down.
+  using namespace asio::experimental::awaitable_operators;
+  down_.stream_idle(up_cfg.stream_idle_timeout);
+  auto r = co_await (stream_h2(call, route, up_cfg, t0) || pump_h2(call, up_cfg));
+  co_return r.index() == 0 ? std::get<0>(r) : outcome::closed;
+}
+
+// A new connection to the chosen server, offered to the requests that follow.
+template <class Down>
+asio::awaitable<std::shared_ptr<upstream::h2_session>> exchange<Down>::connect_h2(const config::upstream_config& up_cfg,
+                                                                                 const upstream::upstream_servers& servers,
+                                                                                 error_code& ec) {
+  auto c = co_await ctx_.pool->connect(up_cfg, down_.watch(), ec, choice_.server(), servers.tls.get());
+  down_.watch().forget_upstream();
+  if (c && !chose_h2(*c)) {
+    spdlog::warn("upstream {} ({}): the server did not choose h2 by ALPN", up_cfg.name, choice_.address());
+    c.reset(), ec = asio::error::no_protocol_option;
+  }
+  if (!c) co_return nullptr;
+  auto session = std::make_shared<upstream::h2_session>(std::move(c));
+  session->start();
+  if (!ctx_.pool->add_h2(up_cfg, choice_.server(), session)) session->unpool();  // (ends with its calls)
+  co_return session;
+}
+
+// The response head of a stream whose body is still going up, then its relay.
+template <class Down>
+asio::awaitable<outcome> exchange<Down>::stream_h2(upstream::h2_call& call, const config::route_config& route,
+                                                   const config::upstream_config& cfg, clock::time_point t0) {
+  down_.watch().arm(cfg.response_timeout);
+  auto ec = co_await call.head();
+  if (ec) {
+    if (ec == asio::error::timed_out) ec = beast::error::timeout;
+    if (down_.client_gone() || pump_failed_ == 499) {
+      log_request(499);
+      co_return outcome::closed;
+    }
+    if (pump_failed_) co_return co_await answer(pump_failed_, false);  // (the client's body: its 4xx)
+    exchange_state st;
+    upstream::connection_ptr none;
+    call.cancel();
+    const auto next = after_failure(cfg, stage::response_head, ec, st, none);
+    co_return co_await answer(next.status ? next.status : 502, false);
+  }
+  head_arrived_h2(route, call, t0);
+  co_return co_await relay_h2(call, cfg);
+}
+
+// The rest of the request body, up as it comes; then it waits for the relay's end
+// (which ends it). A client's failure resets the upstream stream.
+template <class Down>
+asio::awaitable<outcome> exchange<Down>::pump_h2(upstream::h2_call& call, const config::upstream_config& cfg) {
+  const auto max = rt_->cfg->http.max_body_bytes ? rt_->cfg->http.max_body_bytes : ~std::uint64_t{0};
+  const auto quota = ad_.framing.type == body_framing::kind::chunked ? limit::body_bytes_left(limits_) : ~std::uint64_t{0};
+  while (!down_.body_done()) {
+    std::size_t n = 0;
+    auto ec = co_await down_.read_body(body_buf(), body_chunk, n);
+    if (!ec && (bytes_in_ + n > max || bytes_in_ + n > quota)) ec = make_error_code(body_errc::too_large);
+    if (!ec) ec = co_await call.send(body_buf_.get(), n, down_.body_done());
+    if (ec) {
+      // (the response's relay sees the stream reset and ends; its line says why)
+      pump_failed_ = down_.client_gone() ? 499 : ec.category() == body_category() ? 413 : 400;
+      call.cancel();
+      break;
+    }
+    bytes_in_ += n;
+  }
+  // Done: nothing more to do but wait to be cancelled by the relay's end.
+  asio::steady_timer forever(co_await asio::this_coro::executor, clock::time_point::max());
+  co_await forever.async_wait(util::use_tuple);
+  co_return outcome::closed;
+}
+
+template <class Down>
+void exchange<Down>::head_arrived_h2(const config::route_config& route, upstream::h2_call& call, clock::time_point t0) {
+  std::string text;
+  h1_head_of(call.status(), call.fields(), call.ended_with_head(), text);
+  prepare_response_parser();
+  error_code ec;
+  rp_->put(asio::buffer(text), ec);
+  head_arrived(route, t0);
+}
+
+// The response relayed as it comes, then its trailers. A gRPC call whose upstream
+// stream fails after its head went down ends with grpc-status 14 (UNAVAILABLE).
+template <class Down>
+asio::awaitable<outcome> exchange<Down>::relay_h2(upstream::h2_call& call, const config::upstream_config& cfg) {
+  if (!rp_->is_header_done()) co_return co_await answer(502, false);
+  const unsigned status = rp_->get().result_int();
+  response_start plan;
+  down_.begin_response(*rp_, limits_.headers, true, plan);
+  down_.stream_idle(cfg.stream_idle_timeout);
+  exchange_state st;
+  char* buf = body_buf();
+  bool complete = false;
+  while (!complete) {
+    std::size_t n = 0;
+    error_code ec;
+    down_.watch().arm(st.response_begun ? cfg.stream_idle_timeout : cfg.response_timeout);
+    if (plan.body_expected) ec = co_await call.read(buf, body_chunk, n);
+    complete = !ec && (!plan.body_expected || call.done());
+    if (ec) {
+      if (down_.client_gone() || pump_failed_) {
+        log_request(pump_failed_ ? pump_failed_ : 499);
+        co_return outcome::closed;
+      }
+      if (ec == asio::error::timed_out) ec = beast::error::timeout;
+      spdlog::warn("upstream {}: {}: {}", cfg.name, describe(stage::response_body, ec), ec.message());
+      if (!grpc_request()) {
+        log_request(status);
+        co_return outcome::closed;  // (cut short: the client sees it so)
+      }
+      grpc_trailers(14, "upstream stream failed");
+      complete = true;
+    } else if (complete && !call.trailers().empty()) {
+      down_.set_trailers(call.trailers());
+    }
+    auto bufs = down_.response_piece(!st.response_begun, buf, n, complete);
+    if (bufs.empty()) continue;
+    auto [dec, dn] = co_await down_.write(bufs);
+    if (timed(down_.watch(), dec)) {
+      log_request(499);
+      co_return outcome::closed;
+    }
+    st.response_begun = true;
+    bytes_out_ += n;
+  }
+  log_request(status);
+  co_return plan.keep_alive ? outcome::keep_going : outcome::close;
+}
+
+template <class Down>
+void exchange<Down>::grpc_trailers(unsigned code, std::string_view message) {
+  const std::pair<std::string, std::string> t[] = {{"grpc-status", std::to_string(code)},
+                                                   {"grpc-message", std::string(message)}};
+  down_.set_trailers(t);
+}
+
+}  // namespace fg::http::detail

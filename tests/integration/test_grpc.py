@@ -1,0 +1,287 @@
+"""gRPC through the gateway: HTTP/2 upstreams (upstreams.<name>.protocol: h2), every
+stream shape, trailers, deadlines and cancellations end to end, and limits answered as
+gRPC statuses. Real parts: Debian's python3-grpcio as the server (grpc_origin.py, a
+process of its own) and as the client, over prior-knowledge h2c and over TLS (ALPN h2)
+to the gateway."""
+import json
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from conftest import SANITIZED, record, wait_for
+from h2client import H2
+from protocols import make_certificate
+
+HERE = Path(__file__).resolve().parent
+CLEARTEXT = "http2:\n  cleartext: true\n"
+
+
+class Origin:
+    """grpc_origin.py in a process of its own."""
+
+    def __init__(self, name="origin", tls=None, port=0):
+        args = [sys.executable, str(HERE / "grpc_origin.py"), "--name", name, "--port", str(port)]
+        if tls:
+            args += ["--tls", str(tls[0]), str(tls[1])]
+        self.name = name
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if not line.strip().isdigit():
+            raise RuntimeError(f"grpc_origin did not start: {line!r} {self.proc.stderr.read()}")
+        self.port = int(line)
+        self.address = f"127.0.0.1:{self.port}"
+
+    def stats(self):
+        with grpc.insecure_channel(self.address) as ch:
+            return json.loads(ch.unary_unary("/test.Echo/Stats")(b"", timeout=5))
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def origins():
+    made = []
+
+    def make(**kw):
+        o = Origin(**kw)
+        made.append(o)
+        return o
+
+    yield make
+    for o in made:
+        o.stop()
+
+
+def grpc_gateway(gateway_factory, servers, routes=None, extra="", upstream_extra="", client_tls=False, tmp=None):
+    """A gateway whose upstream `api` is `servers` (gRPC origins) over h2c, its plain
+    listener serving h2c (and a TLS listener when client_tls)."""
+    items = "\n".join(f'      - "{s}"' for s in servers)
+    upstreams = (f"  api:\n    protocol: h2\n    servers:\n{items}\n    connect_timeout: 1s\n"
+                 f"    response_timeout: 5s\n{upstream_extra}")
+    return gateway_factory(upstreams=upstreams, routes=routes, extra=CLEARTEXT + extra,
+                           protocol="h2" if client_tls else "http1")
+
+
+def channel(g, tls=False):
+    if not tls:
+        return grpc.insecure_channel(f"127.0.0.1:{g.port}")
+    cert, _ = make_certificate(g.config.parent)
+    creds = grpc.ssl_channel_credentials(root_certificates=Path(cert).read_bytes())
+    return grpc.secure_channel(f"localhost:{g.tls_port}", creds)
+
+
+def method(ch, kind, name):
+    return getattr(ch, kind)(f"/test.Echo/{name}")
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["h2c", "tls"])
+def test_every_stream_shape_goes_through(gateway_factory, origins, tls):
+    o = origins()
+    g = grpc_gateway(gateway_factory, [o.address], client_tls=tls)
+    with channel(g, tls) as ch:
+        # unary, with its trailers
+        reply, call = method(ch, "unary_unary", "Unary").with_call(b"hello", timeout=10)
+        assert reply == b"hello"
+        assert ("x-trailer", "origin") in call.trailing_metadata()
+        assert call.code() == grpc.StatusCode.OK
+        # a 1,000-message server stream
+        got = list(method(ch, "unary_stream", "ServerStream")(b"1000", timeout=30))
+        assert len(got) == 1000 and got[0].startswith(b"0.") and got[-1].startswith(b"999")
+        # a client stream
+        parts = [bytes([65 + i % 26]) * 1000 for i in range(200)]
+        assert method(ch, "stream_unary", "ClientStream")(iter(parts), timeout=30) == b"".join(parts)
+        # bidirectional ping-pong: each message answered before the next is sent
+        outbox, inbox = [], []
+        ready = threading.Semaphore(0)
+
+        def requests():
+            for i in range(50):
+                msg = f"ping {i}".encode()
+                outbox.append(msg)
+                yield msg
+                assert ready.acquire(timeout=10), f"no answer to ping {i}"
+
+        for r in method(ch, "stream_stream", "Bidi")(requests(), timeout=30):
+            inbox.append(r)
+            ready.release()
+        assert inbox == outbox
+
+
+def test_status_details_and_trailers_come_through_intact(gateway_factory, origins):
+    o = origins()
+    g = grpc_gateway(gateway_factory, [o.address])
+    with channel(g) as ch:
+        with pytest.raises(grpc.RpcError) as e:
+            method(ch, "unary_unary", "Fail")(b"x", timeout=10)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert e.value.details() == "bad thing"
+        assert ("x-trailer", "failed") in e.value.trailing_metadata()
+
+
+def test_a_deadline_that_expires_and_a_cancelled_call_cancel_the_upstream_stream(gateway_factory, origins):
+    o = origins()
+    g = grpc_gateway(gateway_factory, [o.address])
+    with channel(g) as ch:
+        hang = method(ch, "unary_unary", "Hang")
+        with pytest.raises(grpc.RpcError) as e:
+            hang(b"", timeout=0.5)
+        assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        wait_for("the upstream call cancelled by the deadline", lambda: o.stats()["cancelled"] == 1, 10)
+        f = hang.future(b"", timeout=30)
+        wait_for("the call begun upstream", lambda: o.stats()["calls"] == 2, 10)
+        f.cancel()
+        wait_for("the upstream call cancelled with the client's", lambda: o.stats()["cancelled"] == 2, 10)
+        # the connection to the server serves on
+        assert method(ch, "unary_unary", "Unary")(b"after", timeout=10) == b"after"
+
+
+def test_a_denied_call_is_resource_exhausted_per_client_by_metadata(gateway_factory, origins):
+    o = origins()
+    routes = """  - name: rpc
+    match:
+      path_prefix: /test.Echo/
+    upstream: api
+    limits:
+      - name: per-client
+        algorithm: fixed_window
+        key: header:x-client
+        limit: 2
+        window: 1h
+"""
+    g = grpc_gateway(gateway_factory, [o.address], routes=routes)
+    with channel(g) as ch:
+        unary = method(ch, "unary_unary", "Unary")
+        for _ in range(2):
+            assert unary(b"a", metadata=(("x-client", "alice"),), timeout=10) == b"a"
+        with pytest.raises(grpc.RpcError) as e:
+            unary(b"a", metadata=(("x-client", "alice"),), timeout=10)
+        assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        md = dict(e.value.trailing_metadata() or ()) | dict(e.value.initial_metadata() or ())
+        assert any(k.startswith("ratelimit") for k in md), md  # the rate headers kept as metadata
+        assert unary(b"b", metadata=(("x-client", "bob"),), timeout=10) == b"b"
+
+
+def test_the_denial_status_is_configurable(gateway_factory, origins):
+    o = origins()
+    routes = """  - name: rpc
+    match:
+      path_prefix: /
+    upstream: api
+    response:
+      grpc_status: 14
+    limits:
+      - name: one
+        algorithm: fixed_window
+        key: global
+        limit: 1
+        window: 1h
+"""
+    g = grpc_gateway(gateway_factory, [o.address], routes=routes)
+    with channel(g) as ch:
+        unary = method(ch, "unary_unary", "Unary")
+        assert unary(b"a", timeout=10) == b"a"
+        with pytest.raises(grpc.RpcError) as e:
+            unary(b"a", timeout=10)
+        assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_an_upstream_killed_mid_stream_is_unavailable_and_the_next_call_goes_on(gateway_factory, origins):
+    a, b = origins(name="a"), origins(name="b")
+    g = grpc_gateway(gateway_factory, [a.address, b.address])
+    with channel(g) as ch:
+        stream = method(ch, "unary_stream", "ServerStream")(b"100000:64", timeout=60)
+        assert next(stream).startswith(b"0")
+        victim, other = (a, b) if a.stats()["streams"] == 1 else (b, a)
+        victim.stop()
+        with pytest.raises(grpc.RpcError) as e:
+            for _ in stream:
+                pass
+        assert e.value.code() == grpc.StatusCode.UNAVAILABLE, e.value
+        for _ in range(4):
+            reply, call = method(ch, "unary_unary", "Unary").with_call(b"next", timeout=10)
+            assert reply == b"next"
+            assert ("x-trailer", other.name) in call.trailing_metadata()
+
+
+def test_a_server_stopped_with_sigterm_costs_no_call_and_the_shares_are_exact(gateway_factory, origins):
+    a, b = origins(name="a"), origins(name="b")
+    g = grpc_gateway(gateway_factory, [a.address, b.address])
+    with channel(g) as ch:
+        unary = method(ch, "unary_unary", "Unary")
+        # round robin over two servers: exactly half each
+        for i in range(100):
+            assert unary(b"%d" % i, timeout=10) == b"%d" % i
+        assert (a.stats()["unary"], b.stats()["unary"]) == (50, 50)
+        # calls in flight from several threads while `a` stops gracefully (GOAWAY)
+        failures, done = [], [0]
+        stop = threading.Event()
+
+        def load():
+            while not stop.is_set():
+                try:
+                    assert unary(b"x", timeout=10) == b"x"
+                    done[0] += 1
+                except Exception as e:  # noqa: BLE001 (every failure is the test's finding)
+                    failures.append(repr(e))
+
+        threads = [threading.Thread(target=load) for _ in range(4)]
+        for t in threads:
+            t.start()
+        wait_for("calls under way", lambda: done[0] >= 50, 10)
+        a.proc.send_signal(signal.SIGTERM)
+        a.proc.wait(15)
+        before = done[0]
+        wait_for("calls after the stop", lambda: done[0] >= before + 100, 20)
+        stop.set()
+        for t in threads:
+            t.join(15)
+        assert failures == [], failures[:3]
+
+
+def grpc_frame(payload):
+    return struct.pack(">BI", 0, len(payload)) + payload
+
+
+def test_a_slow_reader_of_a_server_stream_pauses_the_upstream_not_the_gateways_memory(gateway_factory, origins):
+    """16 MiB of messages offered, a client that opens no window: the gateway holds its
+    windows' worth (the upstream stream's 64 KiB, the client's), the origin is paused."""
+    o = origins()
+    g = grpc_gateway(gateway_factory, [o.address])
+    rss0 = g.rss_kib()
+    c = H2(g.port, auto_ack=False)
+    c.conn.update_settings({4: 65535})  # (INITIAL_WINDOW_SIZE: the default, never opened again)
+    sid = c.request("/test.Echo/ServerStream", method="POST",
+                    headers=[("content-type", "application/grpc"), ("te", "trailers")],
+                    body=grpc_frame(b"4096:4096"))
+    r = c.responses[sid]
+    assert c.pump(lambda: len(r.body) >= 60_000, 10), "the stream's first window never came"
+    # the origin hands messages on until the windows between it and the client are full
+    sent = wait_for_steady(lambda: o.stats()["sent"], 3)
+    growth = g.rss_kib() - rss0
+    record(f"slow reader: the origin paused after {sent} of 4096 messages of 4 KiB; gateway RSS +{growth} KiB")
+    assert sent < 1024, f"{sent} messages of 4 KiB left the origin for a client that read 64 KiB"
+    assert growth < (64 if SANITIZED else 8) * 1024, growth
+    c.close()
+
+
+def wait_for_steady(read, seconds):
+    """read()'s value once it has not changed for `seconds` (within 30 s)."""
+    end, last, since = time.monotonic() + 30, read(), time.monotonic()
+    while time.monotonic() < end:
+        time.sleep(0.2)
+        now = read()
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= seconds:
+            return last
+    raise AssertionError(f"still moving after 30 s: {last}")
