@@ -27,7 +27,8 @@ runtime_pkgs=(ca-certificates tzdata libsystemd0 libdate-tz3 libboost-program-op
 # for tests/docker/test_files.py.
 test_pkgs=(redis-server redis-sentinel python3 python3-pytest python3-yaml openssl testssl.sh faketime buildah debootstrap iproute2 wrk
            clang-16 libfuzzer-16-dev libclang-rt-16-dev llvm-16 kubernetes-client nghttp2-client python3-h2 python3-grpcio)
-bench_pkgs=(nginx-light haproxy util-linux procps)
+# nghttp2-server (nghttpd): bench/grpc.py's origin, fast enough not to be what saturates.
+bench_pkgs=(nginx-light haproxy util-linux procps nghttp2-server)
 # The Debian package (scripts/package.sh): dpkg-shlibdeps, help2man for the man page;
 # lintian checks it, systemd-analyze scores its unit (tests/package/test_package.sh).
 package_pkgs=(dpkg-dev help2man lintian systemd)

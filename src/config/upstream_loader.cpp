@@ -70,12 +70,8 @@ class upstream_loader {
     if (auto n = o.get("idle_timeout"); present(n)) set(u.idle_timeout, positive_duration(r_, n));
     if (auto n = o.get("tls"); present(n)) tls(n, u.tls);
     if (auto n = o.get("stream_idle_timeout"); present(n)) set(u.stream_idle_timeout, positive_duration(r_, n));
-    if (auto n = o.get("protocol"); present(n)) {
+    if (auto n = o.get("protocol"); present(n))
       if (auto p = r_.one_of(n, {"http1", "h2"})) u.proto = *p == "h2" ? upstream_config::protocol::h2 : upstream_config::protocol::http1;
-      // (an HTTP/2 server is checked by an HTTP/1.1 GET as little as it answers one)
-      if (u.proto == upstream_config::protocol::h2 && u.health.enabled)
-        r_.error(n, "upstream '" + u.name + "': health checks of an h2 upstream are not supported yet (use eject:)");
-    }
   }
 
   void tls(const YAML::Node& node, upstream_tls_config& t) {

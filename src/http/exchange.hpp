@@ -163,6 +163,7 @@ class exchange {
   void head_arrived_h2(const config::route_config& route, upstream::h2_call& call, clock::time_point t0);
   asio::awaitable<outcome> relay_h2(upstream::h2_call& call, const config::upstream_config& cfg);
   void grpc_trailers(unsigned code, std::string_view message);
+  void note_grpc_status(std::span<const std::pair<std::string, std::string>> fields);
   bool grpc_request() const;
   auto write_up(upstream::connection& up, std::span<const asio::const_buffer> bufs, std::chrono::milliseconds timeout);
 
@@ -196,7 +197,9 @@ class exchange {
   clock::time_point started_;
   unsigned pump_failed_ = 0;  // an HTTP/2 upstream's body pump: the client's failure (its status)
   bool denial_ = false;       // the local answer being sent is a limit's denial
+  bool deadline_passed_ = false;  // a gRPC call's grpc-timeout passed (DEADLINE_EXCEEDED)
   std::string grpc_extra_;    // a gRPC local answer's fields
+  int grpc_status_ = -1;      // the access log's grpc_status for the request being answered
 };
 
 // What one request holds while it is served: its place among the requests that use the

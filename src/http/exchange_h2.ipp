@@ -35,6 +35,7 @@ asio::awaitable<outcome> exchange<Down>::forward_h2() {
   const auto& up_cfg = rt_->upstreams[route.upstream_index];
   build_request_head(route, false);
   pump_failed_ = 0;
+  deadline_passed_ = false;
   const auto& servers = rt_->servers->of(route.upstream_index);
   h2_head head;
   if (!h2_request_of(head_out_, servers.tls ? "https" : "http", te_trailers(req[bhttp::field::te]), head))
@@ -45,6 +46,19 @@ asio::awaitable<outcome> exchange<Down>::forward_h2() {
   const bool whole = !ad_.has_body() || down_.body_done();
   const auto t0 = clock::now();
   upstream::h2_call call;
+  // A gRPC call's own deadline (its grpc-timeout): past it the upstream stream is
+  // cancelled and the call ends DEADLINE_EXCEEDED, whether or not its client cancels.
+  std::optional<asio::steady_timer> grpc_deadline;
+  if (grpc_request())
+    if (const auto t = grpc_timeout(req["grpc-timeout"])) {
+      grpc_deadline.emplace(co_await asio::this_coro::executor, *t);
+      grpc_deadline->async_wait([this, &call](error_code ec) {
+        if (ec) return;  // (cancelled: the call ended first, and `this` may be gone)
+        deadline_passed_ = true;
+        call.cancel();
+        down_.watch().expire_now();
+      });
+    }
   forget_upstream forget{down_.watch(), choice_};  // (after the call: its wait forgotten first)
   choice_.begin(*ctx_.pool, up_cfg, servers, balance_key(up_cfg), deadline::coarse_now);
   // (a failed try goes again only as HTTP/1.1's would, or refused: never processed)
@@ -66,9 +80,15 @@ asio::awaitable<outcome> exchange<Down>::forward_h2() {
       at = stage::response_head;
       down_.watch().arm(try_left(up_cfg, try_end));
       ec = co_await call.head();
+      // (not run by a server going away: as refused)
+      if (!ec && call.turned_away() && choice_.retry(deadline::coarse_now)) {
+        call.cancel();
+        continue;
+      }
     }
     if (!ec) break;
     if (ec == asio::error::timed_out) ec = beast::error::timeout;
+    if (deadline_passed_) co_return co_await answer(504, false);
     if (down_.client_gone()) {
       log_request(499);
       co_return outcome::closed;
@@ -122,6 +142,7 @@ asio::awaitable<outcome> exchange<Down>::stream_h2(upstream::h2_call& call, cons
   auto ec = co_await call.head();
   if (ec) {
     if (ec == asio::error::timed_out) ec = beast::error::timeout;
+    if (deadline_passed_) co_return co_await answer(504, false);
     if (down_.client_gone() || pump_failed_ == 499) {
       log_request(499);
       co_return outcome::closed;
@@ -148,6 +169,7 @@ asio::awaitable<outcome> exchange<Down>::pump_h2(upstream::h2_call& call, const 
     auto ec = co_await down_.read_body(body_buf(), body_chunk, n);
     if (!ec && (bytes_in_ + n > max || bytes_in_ + n > quota)) ec = make_error_code(body_errc::too_large);
     if (!ec) ec = co_await call.send(body_buf_.get(), n, down_.body_done());
+    if (ec && deadline_passed_) break;
     if (ec) {
       // (the response's relay sees the stream reset and ends; its line says why)
       pump_failed_ = down_.client_gone() ? 499 : ec.category() == body_category() ? 413 : 400;
@@ -178,6 +200,7 @@ template <class Down>
 asio::awaitable<outcome> exchange<Down>::relay_h2(upstream::h2_call& call, const config::upstream_config& cfg) {
   if (!rp_->is_header_done()) co_return co_await answer(502, false);
   const unsigned status = rp_->get().result_int();
+  note_grpc_status(call.fields());  // (a trailers-only answer's)
   response_start plan;
   down_.begin_response(*rp_, limits_.headers, true, plan);
   down_.stream_idle(cfg.stream_idle_timeout);
@@ -190,7 +213,10 @@ asio::awaitable<outcome> exchange<Down>::relay_h2(upstream::h2_call& call, const
     down_.watch().arm(st.response_begun ? cfg.stream_idle_timeout : cfg.response_timeout);
     if (plan.body_expected) ec = co_await call.read(buf, body_chunk, n);
     complete = !ec && (!plan.body_expected || call.done());
-    if (ec) {
+    if (ec && deadline_passed_) {
+      grpc_trailers(4, "deadline exceeded");
+      complete = true;
+    } else if (ec) {
       if (down_.client_gone() || pump_failed_) {
         log_request(pump_failed_ ? pump_failed_ : 499);
         co_return outcome::closed;
@@ -205,6 +231,7 @@ asio::awaitable<outcome> exchange<Down>::relay_h2(upstream::h2_call& call, const
       complete = true;
     } else if (complete && !call.trailers().empty()) {
       down_.set_trailers(call.trailers());
+      note_grpc_status(call.trailers());
     }
     auto bufs = down_.response_piece(!st.response_begun, buf, n, complete);
     if (bufs.empty()) continue;
@@ -220,8 +247,20 @@ asio::awaitable<outcome> exchange<Down>::relay_h2(upstream::h2_call& call, const
   co_return plan.keep_alive ? outcome::keep_going : outcome::close;
 }
 
+// The grpc-status among an upstream's fields, for the access log.
+template <class Down>
+void exchange<Down>::note_grpc_status(std::span<const std::pair<std::string, std::string>> fields) {
+  for (const auto& [n, v] : fields)
+    if (n == "grpc-status") {
+      int code = 0;
+      auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), code);
+      if (ec == std::errc{} && p == v.data() + v.size() && code >= 0 && code < 100) grpc_status_ = code;
+    }
+}
+
 template <class Down>
 void exchange<Down>::grpc_trailers(unsigned code, std::string_view message) {
+  grpc_status_ = static_cast<int>(code);
   const std::pair<std::string, std::string> t[] = {{"grpc-status", std::to_string(code)},
                                                    {"grpc-message", std::string(message)}};
   down_.set_trailers(t);

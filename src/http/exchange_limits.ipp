@@ -64,17 +64,19 @@ asio::awaitable<outcome> exchange<Down>::respond(limit::status st) {
 template <class Down>
 asio::awaitable<outcome> exchange<Down>::answer(unsigned status, bool keep_alive, std::string_view body,
                                                 std::string_view extra, std::string_view content_type) {
-  log_request(status);
   // A gRPC call is answered as gRPC: HTTP 200 with a grpc-status (trailers-only), the
   // rate-limit fields kept as metadata; the access log keeps the status it stands for.
   if (status >= 400 && grpc_request()) {
     const bool denied = std::exchange(denial_, false) && limits_.route;
-    const unsigned code = denied ? limits_.route->response.grpc_status : grpc_status_of(status);
+    const unsigned code = deadline_passed_ ? 4 : denied ? limits_.route->response.grpc_status : grpc_status_of(status);
+    grpc_status_ = static_cast<int>(code);
     grpc_extra_.assign(extra);
     grpc_extra_.append("grpc-status: ").append(std::to_string(code)).append("\r\ngrpc-message: ");
-    grpc_extra_.append(grpc_message_of(status)).append("\r\n");
+    grpc_extra_.append(deadline_passed_ ? "deadline exceeded" : grpc_message_of(status)).append("\r\n");
+    log_request(status);
     return down_.send_local(200, keep_alive, {}, grpc_extra_, "application/grpc");
   }
+  log_request(status);
   denial_ = false;
   return down_.send_local(status, keep_alive, body, extra, content_type);
 }
@@ -118,6 +120,7 @@ void exchange<Down>::log_request(unsigned status) {
   r.delay_ms = delayed_ms_;
   r.protocol = down_.protocol();
   if (!ad_.traceparent.empty()) r.trace_id = trace_id_of(ad_.traceparent);
+  r.grpc_status = std::exchange(grpc_status_, -1);
   for (const auto& c : limits_.checks)
     if (limits_.asked && !c.cfg->plan.empty()) {
       r.plan = c.cfg->plan;

@@ -2,6 +2,9 @@
 // What gRPC makes of the gateway's own answers (a request whose content-type is
 // application/grpc*): HTTP 200 with a grpc-status and a grpc-message, as Envoy maps
 // HTTP statuses to gRPC ones. Pure.
+#include <chrono>
+#include <cstdint>
+#include <optional>
 #include <string_view>
 
 namespace fg::http {
@@ -55,6 +58,30 @@ inline bool te_trailers(std::string_view te) {
     te.remove_prefix(comma + 1);
   }
   return false;
+}
+
+// A call's grpc-timeout ("TimeoutValue TimeoutUnit": at most 8 digits, then H, M, S, m,
+// u or n), rounded up to whole milliseconds; nullopt when it is not one.
+inline std::optional<std::chrono::milliseconds> grpc_timeout(std::string_view v) {
+  if (v.size() < 2 || v.size() > 9) return std::nullopt;
+  std::uint64_t n = 0;
+  for (char c : v.substr(0, v.size() - 1)) {
+    if (c < '0' || c > '9') return std::nullopt;
+    n = n * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  std::uint64_t ns_per = 0;
+  switch (v.back()) {
+    case 'H': ns_per = 3'600'000'000'000; break;
+    case 'M': ns_per = 60'000'000'000; break;
+    case 'S': ns_per = 1'000'000'000; break;
+    case 'm': ns_per = 1'000'000; break;
+    case 'u': ns_per = 1'000; break;
+    case 'n': ns_per = 1; break;
+    default: return std::nullopt;
+  }
+  // (99,999,999 hours fits in 64 bits of milliseconds, not of nanoseconds)
+  if (ns_per >= 1'000'000) return std::chrono::milliseconds(n * (ns_per / 1'000'000));
+  return std::chrono::milliseconds((n * ns_per + 999'999) / 1'000'000);
 }
 
 }  // namespace fg::http

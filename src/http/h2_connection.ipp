@@ -282,7 +282,7 @@ template <class Stream>
 asio::awaitable<void> h2_connection<Stream>::reject(h2_stream<Stream>& s, unsigned status) {
   if (ctx_.metrics) ctx_.metrics->request(obs::metrics_layout::none, status);
   auto* log = ctx_.access.get();
-  if (log && log->enabled()) log->write({peer_str_, "-", "-", status, 0, 0, -1, 0, "", "", "", 0, "HTTP/2", ""});
+  if (log && log->enabled()) log->write({peer_str_, "-", "-", status, 0, 0, -1, 0, "", "", "", 0, "HTTP/2", "", -1});
   co_await s.send_local(status, false);
 }
 

@@ -46,7 +46,7 @@ asio::awaitable<outcome> session<Stream>::reject(unsigned status) {
     if (ctx_.metrics) ctx_.metrics->request(obs::metrics_layout::none, status);
     auto* log = ctx_.access.get();
     if (log && log->enabled())
-      log->write({peer_str_, "-", "-", status, 0, 0, -1, 0, "", "", "", 0, "HTTP/1.1", ""});
+      log->write({peer_str_, "-", "-", status, 0, 0, -1, 0, "", "", "", 0, "HTTP/1.1", "", -1});
   }
   return send_local(status, false);
 }

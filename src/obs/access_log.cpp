@@ -86,16 +86,18 @@ void access_log::write(const access_record& r) const {
     logger_->info(
         "{{\"time\":\"{:%Y-%m-%dT%H:%M:%S}Z\",\"client_ip\":{},\"method\":{},\"target\":{},\"status\":{},"
         "\"bytes_in\":{},\"bytes_out\":{},\"upstream_ms\":{:.3f},\"total_ms\":{:.3f},\"request_id\":{},\"route\":{},"
-        "\"plan\":{},\"delay_ms\":{},\"protocol\":{},\"trace_id\":{}}}",
+        "\"plan\":{},\"delay_ms\":{},\"protocol\":{},\"trace_id\":{},\"grpc_status\":{}}}",
         std::chrono::floor<std::chrono::seconds>(now), quote(r.client_ip), quote(r.method), quote(r.target), r.status,
         r.bytes_in, r.bytes_out, r.upstream_ms, r.total_ms, quote(r.request_id), quote(r.route),
         r.plan.empty() ? std::string("null") : quote(r.plan), r.delay_ms, quote(r.protocol),
-        r.trace_id.empty() ? std::string("null") : quote(r.trace_id));
+        r.trace_id.empty() ? std::string("null") : quote(r.trace_id),
+        r.grpc_status < 0 ? std::string("null") : std::to_string(r.grpc_status));
   } else {
-    logger_->info("{:%Y-%m-%dT%H:%M:%S}Z {} \"{} {}\" {} {} {} {:.3f} {:.3f} {} {} {} {} {} {}",
+    logger_->info("{:%Y-%m-%dT%H:%M:%S}Z {} \"{} {}\" {} {} {} {:.3f} {:.3f} {} {} {} {} {} {} {}",
                   std::chrono::floor<std::chrono::seconds>(now), r.client_ip, r.method, r.target, r.status, r.bytes_in,
                   r.bytes_out, r.upstream_ms, r.total_ms, r.request_id, r.route.empty() ? "-" : r.route,
-                  r.plan.empty() ? "-" : r.plan, r.delay_ms, r.protocol, r.trace_id.empty() ? "-" : r.trace_id);
+                  r.plan.empty() ? "-" : r.plan, r.delay_ms, r.protocol, r.trace_id.empty() ? "-" : r.trace_id,
+                  r.grpc_status < 0 ? std::string("-") : std::to_string(r.grpc_status));
   }
 }
 

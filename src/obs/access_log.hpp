@@ -25,6 +25,7 @@ struct access_record {
   std::int64_t delay_ms = 0;  // how long it waited for its turn (on_exceed: delay)
   std::string_view protocol = "HTTP/1.1";  // the client's: HTTP/1.1 (or 1.0) or HTTP/2
   std::string_view trace_id;  // the trace the upstream was told of (tracing.propagate), "" = none
+  int grpc_status = -1;       // a gRPC call's grpc-status (the upstream's, or the gateway's own), -1 = none
 };
 
 // One line per request, text or JSON, written by spdlog's async logger off the

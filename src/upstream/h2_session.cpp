@@ -272,6 +272,13 @@ asio::awaitable<void> h2_call::sleep() {
   co_await wake_->async_wait(util::use_tuple);
 }
 
+bool h2_call::turned_away() const {
+  if (!s_ || !s_->goaway_ || !end_with_head_ || status_ != 200) return false;
+  for (const auto& [n, v] : fields_)
+    if (n == "grpc-status") return v == "1" || v == "14";
+  return false;
+}
+
 // What a call that can go no further comes to.
 h2_call::error_code h2_call::failed() const {
   if (refused_) return asio::error::connection_refused;

@@ -123,6 +123,10 @@ class h2_call {
   // The server did not process the request (REFUSED_STREAM, a GOAWAY below its id, or
   // its head never sent): it may go again, anywhere (RFC 9113 §8.7).
   bool refused() const { return refused_; }
+  // The server, going away (its GOAWAY came first), answered the call trailers-only with
+  // grpc-status 1 (CANCELLED) or 14 (UNAVAILABLE): a gRPC server shutting down cancels
+  // the calls that arrive meanwhile so (grpc-core does), without running them.
+  bool turned_away() const;
   // The server reset the stream (after processing began): its error code.
   std::uint32_t reset_code() const { return reset_code_; }
   // Resets the stream (CANCEL) if it is open; every wait of the call ends.

@@ -20,6 +20,7 @@
 
 #include "obs/logging.hpp"
 #include "upstream/connection.hpp"
+#include "upstream/h2_session.hpp"
 #include "util/asio.hpp"
 
 namespace fg::upstream {
@@ -54,6 +55,65 @@ std::string words(check_result r) {
   return "passed";
 }
 
+// gRPC's health protocol (grpc.health.v1.Health/Check): an empty HealthCheckRequest (the
+// server's overall health), and the answer SERVING (field 1, varint 1) with grpc-status 0.
+constexpr std::string_view grpc_health_path = "/grpc.health.v1.Health/Check";
+constexpr char grpc_empty_message[] = {0, 0, 0, 0, 0};
+constexpr char grpc_serving[] = {0, 0, 0, 0, 2, 0x08, 0x01};
+
+// A check of an HTTP/2 server on the connection made: a GET of health.path, or gRPC's
+// health check when the path is grpc.health.v1's.
+asio::awaitable<check_result> exchange_h2(const upstream_servers& u, const std::string& host, connection& c) {
+  const auto& h = u.health;
+  const bool grpc = h.path == grpc_health_path;
+  auto conn = std::make_unique<connection>(c.get_executor());
+  conn->socket = std::move(c.socket);
+  conn->tls = std::move(c.tls);
+  if (conn->tls) {
+    const unsigned char* p = nullptr;
+    unsigned n = 0;
+    SSL_get0_alpn_selected(conn->tls.native_handle(), &p, &n);
+    if (n != 2 || p[0] != 'h' || p[1] != '2') co_return check_result{failure_kind::connect};
+  }
+  auto session = std::make_shared<h2_session>(std::move(conn));
+  session->start();
+  struct closer {
+    std::shared_ptr<h2_session>& s;
+    ~closer() { s->close(); }
+  } close_after{session};
+  auto nv = [](std::string_view n, std::string_view v) {
+    return nghttp2_nv{reinterpret_cast<std::uint8_t*>(const_cast<char*>(n.data())),
+                      reinterpret_cast<std::uint8_t*>(const_cast<char*>(v.data())), n.size(), v.size(),
+                      NGHTTP2_NV_FLAG_NONE};
+  };
+  const std::vector<nghttp2_nv> fields =
+      grpc ? std::vector{nv(":method", "POST"), nv(":scheme", u.tls ? "https" : "http"), nv(":authority", host),
+                         nv(":path", h.path), nv("content-type", "application/grpc"), nv("te", "trailers"),
+                         nv("user-agent", "floodgate-health-check")}
+           : std::vector{nv(":method", "GET"), nv(":scheme", u.tls ? "https" : "http"), nv(":authority", host),
+                         nv(":path", h.path), nv("user-agent", "floodgate-health-check")};
+  deadline::entry watch;  // (unarmed: health.timeout bounds the whole check)
+  h2_call call;
+  if (!call.start(session, fields, grpc, watch)) co_return check_result{failure_kind::reset};
+  if (grpc && co_await call.send(grpc_empty_message, sizeof grpc_empty_message, true))
+    co_return check_result{failure_kind::reset};
+  if (co_await call.head()) co_return check_result{failure_kind::reset};
+  const auto status = call.status();
+  if (!grpc) co_return check_result{check_passes(h, status) ? failure_kind::none : failure_kind::status, status};
+  // The answer's message (a few bytes) and its trailers.
+  std::string body;
+  char buf[64];
+  for (std::size_t n = 0; !call.done() && body.size() < 1024;) {
+    if (co_await call.read(buf, sizeof buf, n)) co_return check_result{failure_kind::reset};
+    body.append(buf, n);
+  }
+  std::string_view grpc_status;
+  for (const auto& f : call.trailers().empty() ? call.fields() : call.trailers())
+    if (f.first == "grpc-status") grpc_status = f.second;
+  const bool serving = status == 200 && grpc_status == "0" && body == std::string_view(grpc_serving, sizeof grpc_serving);
+  co_return check_result{serving ? failure_kind::none : failure_kind::status, status};
+}
+
 // One check's exchange: a new connection (TLS where the upstream has it), one GET with
 // Connection: close, the answer's head. The Host is health.host, else the name the
 // server's address came from, else the address.
@@ -72,6 +132,7 @@ asio::awaitable<check_result> exchange(const upstream_servers& u, const server& 
     }
   }
   const auto& host = !h.host.empty() ? h.host : !s.cfg.name.empty() ? s.cfg.name : s.address;
+  if (u.h2) co_return co_await exchange_h2(u, host, c);
   const std::string request = "GET " + h.path + " HTTP/1.1\r\nHost: " + host +
                               "\r\nUser-Agent: floodgate-health-check\r\nConnection: close\r\n\r\n";
   auto [wec, wn] = co_await asio::async_write(c, asio::buffer(request), use_tuple);

@@ -50,6 +50,7 @@ std::shared_ptr<const server_set> server_set::build(
     us.eject = u.eject;
     us.budget = u.budget;
     us.health = u.health;
+    us.h2 = u.proto == config::upstream_config::protocol::h2;
     const upstream_servers* old = nullptr;
     if (previous)
       for (const auto& p : previous->upstreams_)

@@ -78,6 +78,7 @@ struct upstream_servers {
   std::shared_ptr<std::mutex> ejecting = std::make_shared<std::mutex>();
   // TLS to its servers (upstreams.<name>.tls; null: plain TCP).
   std::shared_ptr<const tls::client_context> tls;
+  bool h2 = false;  // protocol: h2 (its health check is an HTTP/2 request)
 };
 
 // Every upstream's servers, in the configuration's order.

@@ -12,6 +12,8 @@ Methods of service test.Echo:
   Bidi          each request back as it comes
   Fail          INVALID_ARGUMENT "bad thing", trailing metadata x-trailer: failed
   Hang          until the call is cancelled (or 60 s)
+  SetHealth     "serving" or anything else: what grpc.health.v1.Health/Check answers
+                (SERVING, else NOT_SERVING)
   Stats         JSON: {"cancelled": Hang calls cancelled, "calls": Hang calls begun,
                 "streams": ServerStream calls begun, "unary": Unary calls, "sent":
                 ServerStream messages handed to the transport, "name": NAME}
@@ -25,7 +27,7 @@ from concurrent import futures
 
 import grpc
 
-state = {"cancelled": 0, "calls": 0, "streams": 0, "unary": 0, "sent": 0}
+state = {"cancelled": 0, "calls": 0, "streams": 0, "unary": 0, "sent": 0, "serving": True, "checks": 0}
 lock = threading.Lock()
 NAME = "origin"
 
@@ -82,6 +84,19 @@ def hang(request, context):
     return b""
 
 
+def set_health(request, context):
+    with lock:
+        state["serving"] = request == b"serving"
+    return b""
+
+
+def health_check(request, context):
+    """grpc.health.v1.Health/Check: HealthCheckResponse{status: SERVING (1) or NOT_SERVING (2)}."""
+    with lock:
+        state["checks"] += 1
+        return b"\x08\x01" if state["serving"] else b"\x08\x02"
+
+
 def stats(request, context):
     with lock:
         return json.dumps(dict(state, name=NAME)).encode()
@@ -107,7 +122,10 @@ def main():
     }
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=32),
                          options=[("grpc.so_reuseport", 0)])
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("test.Echo", handlers),))
+    handlers["SetHealth"] = grpc.unary_unary_rpc_method_handler(set_health, **same)
+    health = {"Check": grpc.unary_unary_rpc_method_handler(health_check, **same)}
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("test.Echo", handlers),
+                                     grpc.method_handlers_generic_handler("grpc.health.v1.Health", health)))
     address = f"127.0.0.1:{a.port}"
     if a.tls:
         cert, key = (open(f, "rb").read() for f in a.tls)

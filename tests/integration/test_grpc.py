@@ -62,14 +62,14 @@ def origins():
         o.stop()
 
 
-def grpc_gateway(gateway_factory, servers, routes=None, extra="", upstream_extra="", client_tls=False, tmp=None):
+def grpc_gateway(gateway_factory, servers, routes=None, extra="", upstream_extra="", client_tls=False, **kw):
     """A gateway whose upstream `api` is `servers` (gRPC origins) over h2c, its plain
     listener serving h2c (and a TLS listener when client_tls)."""
     items = "\n".join(f'      - "{s}"' for s in servers)
     upstreams = (f"  api:\n    protocol: h2\n    servers:\n{items}\n    connect_timeout: 1s\n"
                  f"    response_timeout: 5s\n{upstream_extra}")
     return gateway_factory(upstreams=upstreams, routes=routes, extra=CLEARTEXT + extra,
-                           protocol="h2" if client_tls else "http1")
+                           protocol="h2" if client_tls else "http1", **kw)
 
 
 def channel(g, tls=False):
@@ -285,3 +285,69 @@ def wait_for_steady(read, seconds):
         elif time.monotonic() - since >= seconds:
             return last
     raise AssertionError(f"still moving after 30 s: {last}")
+
+
+def test_the_gateway_ends_a_call_at_its_grpc_timeout_and_cancels_it_upstream(gateway_factory, origins):
+    """A client that sends grpc-timeout but never cancels (not a gRPC library): the
+    gateway ends the call DEADLINE_EXCEEDED and resets the upstream stream."""
+    o = origins()
+    g = grpc_gateway(gateway_factory, [o.address])
+    with H2(g.port) as c:
+        t0 = time.monotonic()
+        sid = c.request("/test.Echo/Hang", method="POST", body=grpc_frame(b""),
+                        headers=[("content-type", "application/grpc"), ("te", "trailers"), ("grpc-timeout", "300m")])
+        r = c.wait(sid, 15)
+        took = time.monotonic() - t0
+        fields = dict(r.headers or ()) | dict(r.trailers or ())
+        assert fields.get("grpc-status") == "4", (r.headers, r.trailers, r.reset)
+        assert took >= 0.3, took
+    wait_for("the upstream call cancelled", lambda: o.stats()["cancelled"] == 1, 10)
+
+
+def test_the_access_log_says_each_calls_grpc_status(gateway_factory, origins):
+    o = origins()
+    routes = """  - name: rpc
+    match:
+      path_prefix: /
+    upstream: api
+    limits:
+      - name: two
+        algorithm: fixed_window
+        key: global
+        limit: 2
+        window: 1h
+"""
+    g = gateway_factory(upstreams=f"  api:\n    protocol: h2\n    address: \"{o.address}\"\n", routes=routes,
+                        extra=CLEARTEXT, access_log="file", log_format="json")
+    with channel(g) as ch:
+        assert method(ch, "unary_unary", "Unary")(b"a", timeout=10) == b"a"
+        with pytest.raises(grpc.RpcError):
+            method(ch, "unary_unary", "Fail")(b"a", timeout=10)
+        with pytest.raises(grpc.RpcError):
+            method(ch, "unary_unary", "Unary")(b"a", timeout=10)
+    wait_for("three access-log lines", lambda: len(g.access_log.read_text().splitlines()) >= 3, 5)
+    lines = [json.loads(x) for x in g.access_log.read_text().splitlines()]
+    assert [(x["status"], x["grpc_status"]) for x in lines] == [(200, 0), (200, 3), (429, 8)]
+
+
+def test_grpc_health_checks_take_a_server_out_and_bring_it_back(gateway_factory, origins):
+    a, b = origins(name="a"), origins(name="b")
+    health = ("    health:\n      path: /grpc.health.v1.Health/Check\n      interval: 1s\n"
+              "      timeout: 1s\n      rise: 1\n      fall: 1\n")
+    g = grpc_gateway(gateway_factory, [a.address, b.address], upstream_extra=health)
+    wait_for("both servers checked", lambda: a.stats()["checks"] >= 1 and b.stats()["checks"] >= 1, 10)
+    with channel(g) as ch, grpc.insecure_channel(a.address) as direct:
+        unary = method(ch, "unary_unary", "Unary")
+        method(direct, "unary_unary", "SetHealth")(b"not serving", timeout=5)
+        checks = a.stats()["checks"]
+        wait_for("a's next checks", lambda: a.stats()["checks"] >= checks + 2, 10)
+        before = a.stats()["unary"]
+        for _ in range(20):
+            assert unary(b"x", timeout=10) == b"x"
+        assert a.stats()["unary"] == before, "a NOT_SERVING server got calls"
+        method(direct, "unary_unary", "SetHealth")(b"serving", timeout=5)
+        checks = a.stats()["checks"]
+        wait_for("a's next checks", lambda: a.stats()["checks"] >= checks + 2, 10)
+        for _ in range(20):
+            assert unary(b"x", timeout=10) == b"x"
+        assert a.stats()["unary"] == before + 10

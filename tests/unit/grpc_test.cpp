@@ -29,3 +29,22 @@ TEST_CASE("TE: trailers among a request's codings", "[grpc]") {
   CHECK_FALSE(te_trailers("trailersx"));
   CHECK_FALSE(te_trailers("xtrailers"));
 }
+
+TEST_CASE("grpc-timeout: digits and a unit, rounded up to milliseconds", "[grpc]") {
+  using fg::http::grpc_timeout;
+  using namespace std::chrono_literals;
+  CHECK(grpc_timeout("500m") == 500ms);
+  CHECK(grpc_timeout("2S") == 2000ms);
+  CHECK(grpc_timeout("1M") == 60000ms);
+  CHECK(grpc_timeout("1H") == 3600000ms);
+  CHECK(grpc_timeout("1500u") == 2ms);
+  CHECK(grpc_timeout("1n") == 1ms);
+  CHECK(grpc_timeout("0m") == 0ms);
+  CHECK(grpc_timeout("99999999H") == std::chrono::milliseconds(99999999ull * 3600000));
+  CHECK_FALSE(grpc_timeout("123456789S"));  // (more than 8 digits)
+  CHECK_FALSE(grpc_timeout("10"));
+  CHECK_FALSE(grpc_timeout("m"));
+  CHECK_FALSE(grpc_timeout("1x"));
+  CHECK_FALSE(grpc_timeout("-1S"));
+  CHECK_FALSE(grpc_timeout(""));
+}
