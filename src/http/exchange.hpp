@@ -30,6 +30,7 @@
 // The exchange's members are defined in exchange_limits.ipp (admission, the limits,
 // local answers, the access log) and exchange_upstream.ipp (the upstream half).
 // Beast-heavy: include only from the session's files and their tests.
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/http/message.hpp>
 
 #include <functional>
@@ -163,6 +164,7 @@ class exchange {
   void head_arrived_h2(const config::route_config& route, upstream::h2_call& call, clock::time_point t0);
   asio::awaitable<outcome> relay_h2(upstream::h2_call& call, const config::upstream_config& cfg);
   void grpc_trailers(unsigned code, std::string_view message);
+  std::optional<asio::steady_timer> watch_grpc_timeout(upstream::h2_call& call, const asio::any_io_executor& ex);
   void note_grpc_status(std::span<const std::pair<std::string, std::string>> fields);
   bool grpc_request() const;
   auto write_up(upstream::connection& up, std::span<const asio::const_buffer> bufs, std::chrono::milliseconds timeout);

@@ -46,19 +46,7 @@ asio::awaitable<outcome> exchange<Down>::forward_h2() {
   const bool whole = !ad_.has_body() || down_.body_done();
   const auto t0 = clock::now();
   upstream::h2_call call;
-  // A gRPC call's own deadline (its grpc-timeout): past it the upstream stream is
-  // cancelled and the call ends DEADLINE_EXCEEDED, whether or not its client cancels.
-  std::optional<asio::steady_timer> grpc_deadline;
-  if (grpc_request())
-    if (const auto t = grpc_timeout(req["grpc-timeout"])) {
-      grpc_deadline.emplace(co_await asio::this_coro::executor, *t);
-      grpc_deadline->async_wait([this, &call](error_code ec) {
-        if (ec) return;  // (cancelled: the call ended first, and `this` may be gone)
-        deadline_passed_ = true;
-        call.cancel();
-        down_.watch().expire_now();
-      });
-    }
+  const auto grpc_deadline = watch_grpc_timeout(call, co_await asio::this_coro::executor);
   forget_upstream forget{down_.watch(), choice_};  // (after the call: its wait forgotten first)
   choice_.begin(*ctx_.pool, up_cfg, servers, balance_key(up_cfg), deadline::coarse_now);
   // (a failed try goes again only as HTTP/1.1's would, or refused: never processed)
@@ -114,6 +102,25 @@ asio::awaitable<outcome> exchange<Down>::forward_h2() {
   down_.stream_idle(up_cfg.stream_idle_timeout);
   auto r = co_await (stream_h2(call, route, up_cfg, t0) || pump_h2(call, up_cfg));
   co_return r.index() == 0 ? std::get<0>(r) : outcome::closed;
+}
+
+// A gRPC call's own deadline (its grpc-timeout): past it the upstream stream is
+// cancelled and the call ends DEADLINE_EXCEEDED, whether or not its client cancels.
+// The timer's wait ends with the timer (held by the caller for the call's life).
+template <class Down>
+std::optional<asio::steady_timer> exchange<Down>::watch_grpc_timeout(upstream::h2_call& call,
+                                                                     const asio::any_io_executor& ex) {
+  std::optional<asio::steady_timer> timer;
+  const auto t = grpc_request() ? grpc_timeout(down_.request()["grpc-timeout"]) : std::nullopt;
+  if (!t) return timer;
+  timer.emplace(ex, *t);
+  timer->async_wait([this, &call](error_code ec) {
+    if (ec) return;  // (cancelled: the call ended first, and `this` may be gone)
+    deadline_passed_ = true;
+    call.cancel();
+    down_.watch().expire_now();
+  });
+  return timer;
 }
 
 // A new connection to the chosen server, offered to the requests that follow.
