@@ -51,7 +51,10 @@ json::object upstreams_to_json(const upstream::server_set& set, std::chrono::ste
   for (const auto& u : set.all()) {
     json::array servers;
     for (const auto& s : u.servers) servers.emplace_back(server_json(s, u.health, now));
-    ups.emplace_back(json::object{{"name", u.name}, {"balance", balance_name(u.balance)}, {"servers", std::move(servers)}});
+    ups.emplace_back(json::object{{"name", u.name},
+                                  {"protocol", u.h2 ? "h2" : "http1"},
+                                  {"balance", balance_name(u.balance)},
+                                  {"servers", std::move(servers)}});
   }
   return {{"upstreams", std::move(ups)}};
 }

@@ -351,3 +351,20 @@ def test_grpc_health_checks_take_a_server_out_and_bring_it_back(gateway_factory,
         for _ in range(20):
             assert unary(b"x", timeout=10) == b"x"
         assert a.stats()["unary"] == before + 10
+
+
+def test_an_http1_client_reaches_an_h2_upstream_and_upstreams_names_the_protocol(gateway_factory, origins):
+    """HTTP/1.1 in front, HTTP/2 behind: the request goes up as a stream (its body with
+    it), the answer comes down chunked (its trailers, which HTTP/1.1 would carry in a
+    trailer section, are dropped)."""
+    from test_admin import admin_get, with_admin
+    o = origins()
+    g = with_admin(lambda extra: grpc_gateway(gateway_factory, [o.address], extra=extra))
+    body = grpc_frame(b"over http/1.1")
+    raw = (b"POST /test.Echo/Unary HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/grpc\r\nTE: trailers\r\n"
+           b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    r = g.request(raw)
+    assert r.status == 200, (r.status, r.body)
+    assert r.body == body, r.body
+    ups = json.loads(admin_get(g, "/upstreams").body)
+    assert [u["protocol"] for u in ups["upstreams"]] == ["h2"], ups
