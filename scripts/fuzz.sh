@@ -14,9 +14,11 @@ if [ ! -f build-fuzz/build.ninja ]; then
 fi
 ninja -C build-fuzz -j"${FG_JOBS:-$(nproc)}"
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(http_head http_response client_ip config redis_reply cluster_map limits_query keys h2_connection)
-# (h2_connection runs the whole request path: the sanitizer build has it, tests/fuzz/README.md)
+[ ${#targets[@]} -eq 0 ] && targets=(http_head http_response client_ip config redis_reply cluster_map limits_query keys h2_connection h2_upstream)
+# (h2_connection runs the whole request path, h2_upstream the upstream's HTTP/2 session:
+# the sanitizer build has them, tests/fuzz/README.md)
 case " ${targets[*]} " in *" h2_connection "*) scripts/build.sh asan fuzz_h2_connection ;; esac
+case " ${targets[*]} " in *" h2_upstream "*) scripts/build.sh asan fuzz_h2_upstream ;; esac
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 export ASAN_SYMBOLIZER_PATH="${ASAN_SYMBOLIZER_PATH:-/usr/lib/llvm-16/bin/llvm-symbolizer}"
@@ -27,7 +29,7 @@ for t in "${targets[@]}"; do
   [ -n "${FG_FUZZ_RUNS:-}" ] && limit+=(-runs="$FG_FUZZ_RUNS")
   echo "== fuzz_$t (${seconds}s${FG_FUZZ_RUNS:+ or $FG_FUZZ_RUNS runs})"
   bin="build-fuzz/fuzz_$t"
-  [ "$t" = h2_connection ] && bin=build-asan/tests/fuzz_h2_connection
+  case "$t" in h2_connection|h2_upstream) bin="build-asan/tests/fuzz_$t" ;; esac
   if ! "$bin" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
        -artifact_prefix="build-fuzz/findings/$t/" "build-fuzz/corpus/$t" "tests/fuzz/corpus/$t" \
        2> "build-fuzz/findings/$t/log"; then
