@@ -73,6 +73,8 @@ struct response_start {
   bool keep_alive = false;  // the downstream connection stays open after it
 };
 
+struct grpc_deadline;  // (exchange_h2.ipp)
+
 template <class Down>
 class exchange {
  public:
@@ -157,15 +159,17 @@ class exchange {
   // exchange_h2.ipp: to an HTTP/2 upstream.
   asio::awaitable<outcome> forward_h2();
   asio::awaitable<std::shared_ptr<upstream::h2_session>> connect_h2(const config::upstream_config& up_cfg,
-                                                                    const upstream::upstream_servers& servers, error_code& ec);
+                                                                    const upstream::upstream_servers& servers,
+                                                                    error_code& ec, bool& pooled);
+  asio::awaitable<std::optional<outcome>> h2_client_side(error_code ec);
   asio::awaitable<outcome> stream_h2(upstream::h2_call& call, const config::route_config& route,
-                                     const config::upstream_config& cfg, clock::time_point t0);
-  asio::awaitable<outcome> pump_h2(upstream::h2_call& call, const config::upstream_config& cfg);
+                                     const config::upstream_config& cfg, clock::time_point t0, deadline::entry& upw);
+  asio::awaitable<outcome> pump_h2(upstream::h2_call& call, char* buf);
   void head_arrived_h2(const config::route_config& route, upstream::h2_call& call, clock::time_point t0);
-  asio::awaitable<outcome> relay_h2(upstream::h2_call& call, const config::upstream_config& cfg);
+  asio::awaitable<outcome> relay_h2(upstream::h2_call& call, const config::upstream_config& cfg, deadline::entry& upw);
   void grpc_trailers(unsigned code, std::string_view message);
-  std::optional<asio::steady_timer> watch_grpc_timeout(upstream::h2_call& call, const asio::any_io_executor& ex);
   void note_grpc_status(std::span<const std::pair<std::string, std::string>> fields);
+  void watch_grpc_timeout(upstream::h2_call& call, grpc_deadline& d, const asio::any_io_executor& ex);
   bool grpc_request() const;
   auto write_up(upstream::connection& up, std::span<const asio::const_buffer> bufs, std::chrono::milliseconds timeout);
 

@@ -28,6 +28,19 @@ inline bool chose_h2(upstream::connection& c) {
   return n == 2 && p[0] == 'h' && p[1] == '2';
 }
 
+// A gRPC call's own deadline (its grpc-timeout), for as long as the call's exchange
+// has it: past it the upstream stream is cancelled and the call ends DEADLINE_EXCEEDED,
+// whether or not its client cancels. `live` is false once the holder is gone, so that
+// a handler already queued when the timer went finds nothing to do.
+struct grpc_deadline {
+  std::optional<asio::steady_timer> timer;
+  std::shared_ptr<bool> live = std::make_shared<bool>(true);
+  grpc_deadline() = default;
+  grpc_deadline(const grpc_deadline&) = delete;
+  grpc_deadline& operator=(const grpc_deadline&) = delete;
+  ~grpc_deadline() { *live = false; }
+};
+
 template <class Down>
 asio::awaitable<outcome> exchange<Down>::forward_h2() {
   const auto& req = down_.request();
@@ -45,9 +58,14 @@ asio::awaitable<outcome> exchange<Down>::forward_h2() {
     if (auto answered = co_await read_first_piece(piece)) co_return *answered;
   const bool whole = !ad_.has_body() || down_.body_done();
   const auto t0 = clock::now();
+  // The upstream's timeouts on an entry of their own; the client's entry (disarmed here,
+  // armed by its own waits) ends the call when the client is gone or out of time.
+  auto upw = ctx_.deadlines.open(nullptr);
+  down_.watch().arm_at(clock::time_point::max());
   upstream::h2_call call;
-  const auto grpc_deadline = watch_grpc_timeout(call, co_await asio::this_coro::executor);
-  forget_upstream forget{down_.watch(), choice_};  // (after the call: its wait forgotten first)
+  grpc_deadline deadline;  // (after the call: gone before it)
+  watch_grpc_timeout(call, deadline, co_await asio::this_coro::executor);
+  forget_upstream forget{down_.watch(), choice_};
   choice_.begin(*ctx_.pool, up_cfg, servers, balance_key(up_cfg), deadline::coarse_now);
   // (a failed try goes again only as HTTP/1.1's would, or refused: never processed)
   exchange_state st{.retry_safe = whole && is_idempotent(req.method())};
@@ -56,36 +74,28 @@ asio::awaitable<outcome> exchange<Down>::forward_h2() {
     auto at = stage::connect;
     const auto try_end = up_cfg.try_timeout.count() > 0 ? deadline::coarse_now + up_cfg.try_timeout : clock::time_point::max();
     auto session = ctx_.pool->take_h2(up_cfg, choice_.server());
-    if (!session) session = co_await connect_h2(up_cfg, servers, ec);
-    if (session) {
+    bool pooled = true;
+    if (!session) session = co_await connect_h2(up_cfg, servers, ec, pooled);
+    if (session && !deadline_passed_) {
       at = stage::send;
-      down_.watch().arm(try_left(up_cfg, try_end));
-      if (!call.start(session, head.fields, ad_.has_body(), down_.watch()))
+      upw->arm(try_left(up_cfg, try_end));
+      if (!call.start(session, head.fields, ad_.has_body(), *upw, down_.watch()))
         ec = asio::error::connection_refused, at = stage::connect;
       else if (ad_.has_body()) ec = co_await call.send(body_buf_.get(), piece, whole);
+      if (!pooled) session->unpool();  // (it ends with this call)
     }
-    if (!ec && whole) {
+    if (!ec && whole && !deadline_passed_) {
       at = stage::response_head;
-      down_.watch().arm(try_left(up_cfg, try_end));
+      upw->arm(try_left(up_cfg, try_end));
       ec = co_await call.head();
       // (not run by a server going away: as refused)
-      if (!ec && call.turned_away() && choice_.retry(deadline::coarse_now)) {
-        call.cancel();
-        continue;
-      }
+      if (!ec && call.turned_away() && choice_.retry(deadline::coarse_now)) continue;
     }
-    if (!ec) break;
+    if (!ec && !deadline_passed_) break;
+    if (auto o = co_await h2_client_side(ec)) co_return *o;
     if (ec == asio::error::timed_out) ec = beast::error::timeout;
-    if (deadline_passed_) co_return co_await answer(504, false);
-    if (down_.client_gone()) {
-      log_request(499);
-      co_return outcome::closed;
-    }
     // Refused: never processed, it goes again (to another server if there is one).
-    if (call.refused() && whole && choice_.retry(deadline::coarse_now)) {
-      call.cancel();
-      continue;
-    }
+    if (call.refused() && whole && choice_.retry(deadline::coarse_now)) continue;
     call.cancel();
     upstream::connection_ptr none;
     const auto next = after_failure(up_cfg, at, ec, st, none);
@@ -95,41 +105,55 @@ asio::awaitable<outcome> exchange<Down>::forward_h2() {
   bytes_in_ += piece;
   if (whole) {
     head_arrived_h2(route, call, t0);
-    co_return co_await relay_h2(call, up_cfg);
+    co_return co_await relay_h2(call, up_cfg, *upw);
   }
-  // The rest of the body goes up while the response comes down.
+  // The rest of the body goes up while the response comes down; the pump's block is
+  // its own (the relay's is body_buf()), held until the call is cancelled.
   using namespace asio::experimental::awaitable_operators;
   down_.stream_idle(up_cfg.stream_idle_timeout);
-  auto r = co_await (stream_h2(call, route, up_cfg, t0) || pump_h2(call, up_cfg));
-  co_return r.index() == 0 ? std::get<0>(r) : outcome::closed;
+  auto pump_buf = ctx_.bodies.take();
+  auto r = co_await (stream_h2(call, route, up_cfg, t0, *upw) || pump_h2(call, pump_buf.get()));
+  call.cancel();  // (nghttp2 reads the pump's block no more)
+  ctx_.bodies.give(std::move(pump_buf));
+  const auto o = r.index() == 0 ? std::get<0>(r) : outcome::closed;
+  // A body the client had not finished: its connection is not read again (the rest of
+  // the body would be taken for a request).
+  co_return o == outcome::keep_going && !down_.body_done() ? outcome::close : o;
 }
 
-// A gRPC call's own deadline (its grpc-timeout): past it the upstream stream is
-// cancelled and the call ends DEADLINE_EXCEEDED, whether or not its client cancels.
-// The timer's wait ends with the timer (held by the caller for the call's life).
+// A try that ended on the client's side (it is gone, its body failed, or the call's
+// grpc-timeout passed): the answer, if one can go; nullopt: the upstream's failure.
 template <class Down>
-std::optional<asio::steady_timer> exchange<Down>::watch_grpc_timeout(upstream::h2_call& call,
-                                                                     const asio::any_io_executor& ex) {
-  std::optional<asio::steady_timer> timer;
+asio::awaitable<std::optional<outcome>> exchange<Down>::h2_client_side(error_code ec) {
+  if (deadline_passed_) co_return co_await answer(504, false);  // (DEADLINE_EXCEEDED)
+  if (pump_failed_ && pump_failed_ != 499) co_return co_await answer(pump_failed_, false);
+  if (ec != asio::error::operation_aborted && !down_.client_gone() && !pump_failed_) co_return std::nullopt;
+  log_request(499);
+  co_return outcome::closed;
+}
+
+template <class Down>
+void exchange<Down>::watch_grpc_timeout(upstream::h2_call& call, grpc_deadline& d, const asio::any_io_executor& ex) {
   const auto t = grpc_request() ? grpc_timeout(down_.request()["grpc-timeout"]) : std::nullopt;
-  if (!t) return timer;
-  timer.emplace(ex, *t);
-  timer->async_wait([this, &call](error_code ec) {
-    if (ec) return;  // (cancelled: the call ended first, and `this` may be gone)
+  if (!t) return;
+  d.timer.emplace(ex, *t);
+  d.timer->async_wait([this, &call, live = d.live](error_code ec) {
+    if (ec || !*live) return;  // (the call ended first: `this` and `call` may be gone)
     deadline_passed_ = true;
     call.cancel();
-    down_.watch().expire_now();
+    down_.watch().expire_now();  // (the pump's wait for the client's body too)
   });
-  return timer;
 }
 
-// A new connection to the chosen server, offered to the requests that follow.
+// A new connection to the chosen server, offered to the requests that follow (`pooled`
+// false: the pool keeps enough, or a reload moved the server: the caller's only).
 template <class Down>
 asio::awaitable<std::shared_ptr<upstream::h2_session>> exchange<Down>::connect_h2(const config::upstream_config& up_cfg,
                                                                                  const upstream::upstream_servers& servers,
-                                                                                 error_code& ec) {
+                                                                                 error_code& ec, bool& pooled) {
   auto c = co_await ctx_.pool->connect(up_cfg, down_.watch(), ec, choice_.server(), servers.tls.get());
   down_.watch().forget_upstream();
+  down_.watch().arm_at(clock::time_point::max());
   if (c && !chose_h2(*c)) {
     spdlog::warn("upstream {} ({}): the server did not choose h2 by ALPN", up_cfg.name, choice_.address());
     c.reset(), ec = asio::error::no_protocol_option;
@@ -137,24 +161,20 @@ asio::awaitable<std::shared_ptr<upstream::h2_session>> exchange<Down>::connect_h
   if (!c) co_return nullptr;
   auto session = std::make_shared<upstream::h2_session>(std::move(c));
   session->start();
-  if (!ctx_.pool->add_h2(up_cfg, choice_.server(), session)) session->unpool();  // (ends with its calls)
+  pooled = ctx_.pool->add_h2(up_cfg, choice_.server(), session);
   co_return session;
 }
 
 // The response head of a stream whose body is still going up, then its relay.
 template <class Down>
 asio::awaitable<outcome> exchange<Down>::stream_h2(upstream::h2_call& call, const config::route_config& route,
-                                                   const config::upstream_config& cfg, clock::time_point t0) {
-  down_.watch().arm(cfg.response_timeout);
+                                                   const config::upstream_config& cfg, clock::time_point t0,
+                                                   deadline::entry& upw) {
+  upw.arm(cfg.response_timeout);
   auto ec = co_await call.head();
   if (ec) {
+    if (auto o = co_await h2_client_side(ec)) co_return *o;
     if (ec == asio::error::timed_out) ec = beast::error::timeout;
-    if (deadline_passed_) co_return co_await answer(504, false);
-    if (down_.client_gone() || pump_failed_ == 499) {
-      log_request(499);
-      co_return outcome::closed;
-    }
-    if (pump_failed_) co_return co_await answer(pump_failed_, false);  // (the client's body: its 4xx)
     exchange_state st;
     upstream::connection_ptr none;
     call.cancel();
@@ -162,30 +182,31 @@ asio::awaitable<outcome> exchange<Down>::stream_h2(upstream::h2_call& call, cons
     co_return co_await answer(next.status ? next.status : 502, false);
   }
   head_arrived_h2(route, call, t0);
-  co_return co_await relay_h2(call, cfg);
+  co_return co_await relay_h2(call, cfg, upw);
 }
 
-// The rest of the request body, up as it comes; then it waits for the relay's end
-// (which ends it). A client's failure resets the upstream stream.
+// The rest of the request body into `buf` and up as it comes; then it waits to be
+// cancelled by the relay's end. The client's failure (gone, too large, over its quota,
+// malformed, too slow) resets the upstream stream and says the client's status; the
+// upstream's (a reset, a window that stays shut) is the relay's to find.
 template <class Down>
-asio::awaitable<outcome> exchange<Down>::pump_h2(upstream::h2_call& call, const config::upstream_config& cfg) {
+asio::awaitable<outcome> exchange<Down>::pump_h2(upstream::h2_call& call, char* buf) {
   const auto max = rt_->cfg->http.max_body_bytes ? rt_->cfg->http.max_body_bytes : ~std::uint64_t{0};
   const auto quota = ad_.framing.type == body_framing::kind::chunked ? limit::body_bytes_left(limits_) : ~std::uint64_t{0};
-  while (!down_.body_done()) {
+  while (!down_.body_done() && !deadline_passed_) {
     std::size_t n = 0;
-    auto ec = co_await down_.read_body(body_buf(), body_chunk, n);
-    if (!ec && (bytes_in_ + n > max || bytes_in_ + n > quota)) ec = make_error_code(body_errc::too_large);
-    if (!ec) ec = co_await call.send(body_buf_.get(), n, down_.body_done());
-    if (ec && deadline_passed_) break;
-    if (ec) {
-      // (the response's relay sees the stream reset and ends; its line says why)
-      pump_failed_ = down_.client_gone() ? 499 : ec.category() == body_category() ? 413 : 400;
+    auto ec = co_await down_.read_body(buf, body_chunk, n);
+    if (deadline_passed_) break;
+    if (ec || bytes_in_ + n > max || bytes_in_ + n > quota) {
+      pump_failed_ = down_.client_gone() ? 499 : ec == beast::error::timeout ? 408 : ec ? 400
+                     : bytes_in_ + n > max ? 413 : 429;
       call.cancel();
       break;
     }
+    if (co_await call.send(buf, n, down_.body_done())) break;
     bytes_in_ += n;
   }
-  // Done: nothing more to do but wait to be cancelled by the relay's end.
+  if (down_.body_done()) down_.watch().arm_at(clock::time_point::max());  // (its last read's deadline over)
   asio::steady_timer forever(co_await asio::this_coro::executor, clock::time_point::max());
   co_await forever.async_wait(util::use_tuple);
   co_return outcome::closed;
@@ -204,7 +225,8 @@ void exchange<Down>::head_arrived_h2(const config::route_config& route, upstream
 // The response relayed as it comes, then its trailers. A gRPC call whose upstream
 // stream fails after its head went down ends with grpc-status 14 (UNAVAILABLE).
 template <class Down>
-asio::awaitable<outcome> exchange<Down>::relay_h2(upstream::h2_call& call, const config::upstream_config& cfg) {
+asio::awaitable<outcome> exchange<Down>::relay_h2(upstream::h2_call& call, const config::upstream_config& cfg,
+                                                  deadline::entry& upw) {
   if (!rp_->is_header_done()) co_return co_await answer(502, false);
   const unsigned status = rp_->get().result_int();
   note_grpc_status(call.fields());  // (a trailers-only answer's)
@@ -217,14 +239,14 @@ asio::awaitable<outcome> exchange<Down>::relay_h2(upstream::h2_call& call, const
   while (!complete) {
     std::size_t n = 0;
     error_code ec;
-    down_.watch().arm(st.response_begun ? cfg.stream_idle_timeout : cfg.response_timeout);
+    upw.arm(st.response_begun ? cfg.stream_idle_timeout : cfg.response_timeout);
     if (plan.body_expected) ec = co_await call.read(buf, body_chunk, n);
     complete = !ec && (!plan.body_expected || call.done());
     if (ec && deadline_passed_) {
       grpc_trailers(4, "deadline exceeded");
       complete = true;
     } else if (ec) {
-      if (down_.client_gone() || pump_failed_) {
+      if (ec == asio::error::operation_aborted || down_.client_gone() || pump_failed_) {
         log_request(pump_failed_ ? pump_failed_ : 499);
         co_return outcome::closed;
       }
@@ -247,6 +269,9 @@ asio::awaitable<outcome> exchange<Down>::relay_h2(upstream::h2_call& call, const
       log_request(499);
       co_return outcome::closed;
     }
+    // (the write's deadline is over: only the upstream's bounds the wait that follows,
+    // unless the client's body is still coming, whose reads bound it)
+    if (down_.body_done()) down_.watch().arm_at(clock::time_point::max());
     st.response_begun = true;
     bytes_out_ += n;
   }

@@ -2,6 +2,7 @@
 // What gRPC makes of the gateway's own answers (a request whose content-type is
 // application/grpc*): HTTP 200 with a grpc-status and a grpc-message, as Envoy maps
 // HTTP statuses to gRPC ones. Pure.
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -61,7 +62,7 @@ inline bool te_trailers(std::string_view te) {
 }
 
 // A call's grpc-timeout ("TimeoutValue TimeoutUnit": at most 8 digits, then H, M, S, m,
-// u or n), rounded up to whole milliseconds; nullopt when it is not one.
+// u or n), rounded up to whole milliseconds, at most a year; nullopt when it is not one.
 inline std::optional<std::chrono::milliseconds> grpc_timeout(std::string_view v) {
   if (v.size() < 2 || v.size() > 9) return std::nullopt;
   std::uint64_t n = 0;
@@ -79,9 +80,11 @@ inline std::optional<std::chrono::milliseconds> grpc_timeout(std::string_view v)
     case 'n': ns_per = 1; break;
     default: return std::nullopt;
   }
-  // (99,999,999 hours fits in 64 bits of milliseconds, not of nanoseconds)
-  if (ns_per >= 1'000'000) return std::chrono::milliseconds(n * (ns_per / 1'000'000));
-  return std::chrono::milliseconds((n * ns_per + 999'999) / 1'000'000);
+  // At most a year: 99,999,999 hours fits in 64 bits of milliseconds, not in a steady
+  // clock's nanoseconds (and a Go client's "no deadline" is 2562047H).
+  constexpr std::uint64_t year_ms = 365ull * 24 * 3'600'000;
+  const std::uint64_t ms = ns_per >= 1'000'000 ? n * (ns_per / 1'000'000) : (n * ns_per + 999'999) / 1'000'000;
+  return std::chrono::milliseconds(std::min(ms, year_ms));
 }
 
 }  // namespace fg::http

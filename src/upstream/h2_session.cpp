@@ -14,6 +14,13 @@ namespace fg::upstream {
 namespace asio = boost::asio;
 using error_code = boost::system::error_code;
 
+namespace {
+error_code& ignored_ec() {
+  static thread_local error_code ec;
+  return ec;
+}
+}  // namespace
+
 h2_session::h2_session(connection_ptr c) : conn_(std::move(c)), write_wanted_(conn_->get_executor()) {
   nghttp2_session_callbacks* cb = nullptr;
   nghttp2_session_callbacks_new(&cb);
@@ -55,7 +62,7 @@ void h2_session::start() {
 }
 
 bool h2_session::open_for_more() const {
-  if (dead_ || goaway_ || !nghttp2_session_want_read(session_)) return false;
+  if (leaving() || !nghttp2_session_want_read(session_)) return false;
   // (a stream id past 2^31 - 1 cannot be had: the session is then done)
   if (nghttp2_session_get_next_stream_id(session_) > (1u << 31) - 2) return false;
   const auto max = nghttp2_session_get_remote_settings(session_, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS);
@@ -83,6 +90,7 @@ asio::awaitable<void> h2_session::reader(std::shared_ptr<h2_session> self) {
     auto [ec, n] = co_await conn_->async_read_some(b.prepare(16384), util::use_tuple);
     if (ec || dead_) break;
     b.commit(n);
+    ++reads_;
     const auto rv = nghttp2_session_mem_recv(session_, static_cast<const std::uint8_t*>(b.data().data()), b.size());
     b.consume(b.size());
     if (rv < 0) {
@@ -167,6 +175,7 @@ int h2_session::on_frame_recv(nghttp2_session* s, const nghttp2_frame* f, void* 
   if (f->hd.type == NGHTTP2_HEADERS && !c->head_done_) {
     if (c->status_ >= 200) {
       c->head_done_ = true;
+      c->goaway_before_head_ = self.goaway_;
       c->end_with_head_ = end;
       c->head_bytes_ = 0;  // (the trailers have a bound of their own)
     } else {
@@ -219,13 +228,13 @@ int h2_session::on_frame_not_send(nghttp2_session* s, const nghttp2_frame* f, in
 // --- h2_call ---
 
 bool h2_call::start(std::shared_ptr<h2_session> s, std::span<const nghttp2_nv> fields, bool body,
-                    deadline::entry& watch) {
+                    deadline::entry& timeouts, deadline::entry& client) {
   if (!s->open_for_more()) return false;
   cancel();  // (a call that goes again starts afresh)
   out_ = nullptr, out_left_ = 0, out_last_ = false, head_sent_ = false;
   status_ = 0, head_done_ = end_with_head_ = false, head_bytes_ = 0;
   fields_.clear(), trailers_.clear(), in_.clear(), in_off_ = 0, in_end_ = false;
-  closed_ = refused_ = too_large_ = false, reset_code_ = 0;
+  closed_ = refused_ = too_large_ = abandoned_ = goaway_before_head_ = false, reset_code_ = 0;
   nghttp2_data_provider provider{};
   provider.source.ptr = this;
   provider.read_callback = &h2_call::read_out;
@@ -233,8 +242,11 @@ bool h2_call::start(std::shared_ptr<h2_session> s, std::span<const nghttp2_nv> f
   if (id < 0) return false;
   s_ = std::move(s);
   id_ = id;
-  watch_ = &watch;
-  watch.watch_upstream(&h2_call::expire, this);
+  reads_at_start_ = s_->reads_;
+  watch_ = &timeouts;
+  timeouts.watch_upstream(&h2_call::expire, this);
+  client_ = &client;
+  if (&client != &timeouts) client.watch_upstream(&h2_call::abandon, this);
   // (its expiry never changes: its waits, the body's and the response's at once in a
   // bidirectional call, end only by cancel(), and none cancels the other's)
   if (!wake_) wake_ = std::make_unique<asio::steady_timer>(s_->conn_->get_executor(), std::chrono::steady_clock::time_point::max());
@@ -254,6 +266,7 @@ void h2_call::detach(bool sent) {
 void h2_call::cancel() {
   if (!s_) return;
   if (watch_) watch_->forget_upstream(), watch_ = nullptr;
+  if (client_) client_->forget_upstream(), client_ = nullptr;
   if (!closed_) {
     closed_ = true;
     if (!in_end_) reset_code_ = NGHTTP2_CANCEL;
@@ -273,10 +286,21 @@ asio::awaitable<void> h2_call::sleep() {
 }
 
 bool h2_call::turned_away() const {
-  if (!s_ || !s_->goaway_ || !end_with_head_ || status_ != 200) return false;
+  if (!goaway_before_head_ || !end_with_head_ || status_ != 200) return false;
   for (const auto& [n, v] : fields_)
-    if (n == "grpc-status") return v == "1" || v == "14";
+    if (n == "grpc-status") return v == "1";
   return false;
+}
+
+h2_call::error_code h2_call::cut_short() {
+  if (abandoned_) return asio::error::operation_aborted;
+  if (!watch_ || !watch_->expired()) return {};
+  if (s_ && s_->reads_ == reads_at_start_ && !s_->retired_) {
+    s_->retired_ = true;  // (its calls finish; the pool offers it no more)
+    spdlog::warn("upstream {}: an HTTP/2 connection silent for a whole call's timeout: no longer used",
+                 s_->conn_->socket.remote_endpoint(ignored_ec()).address().to_string());
+  }
+  return asio::error::timed_out;
 }
 
 // What a call that can go no further comes to.
@@ -313,7 +337,7 @@ asio::awaitable<error_code> h2_call::send(const char* data, std::size_t n, bool 
   // (until nghttp2 took it all: the server's window permitting)
   while (out_left_ > 0) {
     if (closed_ || !s_) co_return in_end_ && !reset_code_ ? error_code{} : failed();
-    if (watch_ && watch_->expired()) co_return error_code(asio::error::timed_out);
+    if (auto why = cut_short()) co_return why;
     co_await sleep();
   }
   co_return error_code{};
@@ -323,7 +347,7 @@ asio::awaitable<error_code> h2_call::head() {
   for (;;) {
     if (head_done_) co_return error_code{};
     if (closed_ || !s_) co_return failed();
-    if (watch_ && watch_->expired()) co_return error_code(asio::error::timed_out);
+    if (auto why = cut_short()) co_return why;
     co_await sleep();
   }
 }
@@ -344,7 +368,7 @@ asio::awaitable<error_code> h2_call::read(char* buf, std::size_t size, std::size
     }
     if (in_end_) co_return error_code{};
     if (closed_ || !s_) co_return failed();
-    if (watch_ && watch_->expired()) co_return error_code(asio::error::timed_out);
+    if (auto why = cut_short()) co_return why;
     co_await sleep();
   }
 }

@@ -1,8 +1,9 @@
 #pragma once
 // HTTP/2 to an upstream's server (RFC 9113), nghttp2 its codec in the client's role: one
 // connection (h2_session) carries many requests at once, each an h2_call. A call's
-// waits are its exchange's: the exchange's deadline entry ends them (watch_upstream), as
-// it ends an HTTP/1.1 connection's reads. Flow control bounds what a response buffers:
+// waits end with its own deadline entry (the upstream's timeouts: a timeout) and with
+// its client's (the client gone or out of time: the call is abandoned), each through
+// the entry's upstream hook (watch_upstream), as an HTTP/1.1 connection's reads do. Flow control bounds what a response buffers:
 // a stream's window (h2_limits_up::stream_window) opens again only as its exchange reads
 // the body, so a client that reads slowly pauses its own upstream stream; the
 // connection's window is given back as DATA arrives, so such a stream never stalls the
@@ -50,10 +51,13 @@ class h2_session : public std::enable_shared_from_this<h2_session> {
   // SETTINGS_MAX_CONCURRENT_STREAMS.
   bool open_for_more() const;
   bool dead() const { return dead_; }
+  // No longer offered for new calls: going away (its GOAWAY came), or retired.
+  bool leaving() const { return dead_ || goaway_ || retired_; }
   std::size_t active() const { return calls_.size(); }
   // Ends it now; its calls see the connection reset.
   void close();
-  // The pool no longer offers it: it ends once its last stream has.
+  // The pool no longer offers it: it ends once its last stream has (at once if it has
+  // none: call it after the first call's start on a session the pool did not keep).
   void unpool() {
     pooled_ = false;
     if (calls_.empty()) close();
@@ -85,6 +89,8 @@ class h2_session : public std::enable_shared_from_this<h2_session> {
   bool dead_ = false;
   bool goaway_ = false;  // the server's GOAWAY came (or ours went)
   bool pooled_ = true;   // (until unpool)
+  bool retired_ = false;  // a call timed out with nothing heard from the server since it began
+  std::uint64_t reads_ = 0;  // reads that brought bytes (a server still talking)
   // A stream ended: an idle connection the pool let go ends.
   void ended(h2_call* c) {
     calls_.erase(c);
@@ -106,8 +112,11 @@ class h2_call {
   h2_call& operator=(const h2_call&) = delete;
 
   // Submits the head (`fields`, pseudo-fields first; copied), DATA to follow when `body`.
-  // Its waits end with `watch`'s deadline. False: the session takes no new stream.
-  bool start(std::shared_ptr<h2_session> s, std::span<const nghttp2_nv> fields, bool body, deadline::entry& watch);
+  // Its waits end with `timeouts`' deadline (timed_out: the upstream's fault) and with
+  // `client`'s (operation_aborted: the client's side ended the call). False: the
+  // session takes no new stream.
+  bool start(std::shared_ptr<h2_session> s, std::span<const nghttp2_nv> fields, bool body, deadline::entry& timeouts,
+             deadline::entry& client);
   // The request body's next `n` bytes (held until it returns), the last when `last`.
   boost::asio::awaitable<error_code> send(const char* data, std::size_t n, bool last);
   // Until the final response head (1xx are read past).
@@ -123,16 +132,21 @@ class h2_call {
   // The server did not process the request (REFUSED_STREAM, a GOAWAY below its id, or
   // its head never sent): it may go again, anywhere (RFC 9113 §8.7).
   bool refused() const { return refused_; }
-  // The server, going away (its GOAWAY came first), answered the call trailers-only with
-  // grpc-status 1 (CANCELLED) or 14 (UNAVAILABLE): a gRPC server shutting down cancels
+  // The server, going away (its GOAWAY came before the answer), answered the call
+  // trailers-only with grpc-status 1 (CANCELLED): a gRPC server shutting down cancels
   // the calls that arrive meanwhile so (grpc-core does), without running them.
   bool turned_away() const;
   // The server reset the stream (after processing began): its error code.
   std::uint32_t reset_code() const { return reset_code_; }
   // Resets the stream (CANCEL) if it is open; every wait of the call ends.
   void cancel();
-  // Ends the call's current wait (its deadline's hook).
+  // Ends the call's current wait (its timeouts' deadline hook).
   static void expire(void* self) { static_cast<h2_call*>(self)->wake(); }
+  // Its client's deadline hook: the call is abandoned (every wait ends).
+  static void abandon(void* self) {
+    static_cast<h2_call*>(self)->abandoned_ = true;
+    static_cast<h2_call*>(self)->wake();
+  }
 
  private:
   friend class h2_session;
@@ -143,12 +157,19 @@ class h2_call {
     if (wake_) wake_->cancel();
   }
   error_code failed() const;
+  // Why a wait ends before its event (none: wait on). A timeout with nothing heard from
+  // the server since the call began retires its session (a server gone silent).
+  error_code cut_short();
   // The connection ended, or the stream closed: no more callbacks for it.
   void detach(bool sent);
 
   std::shared_ptr<h2_session> s_;
   std::int32_t id_ = 0;
-  deadline::entry* watch_ = nullptr;
+  deadline::entry* watch_ = nullptr;   // the upstream's timeouts
+  deadline::entry* client_ = nullptr;  // the client's side
+  bool abandoned_ = false;
+  std::uint64_t reads_at_start_ = 0;
+  bool goaway_before_head_ = false;
   std::unique_ptr<boost::asio::steady_timer> wake_;
   // the request body piece nghttp2 has yet to take
   const char* out_ = nullptr;

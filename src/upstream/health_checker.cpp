@@ -94,7 +94,7 @@ asio::awaitable<check_result> exchange_h2(const upstream_servers& u, const std::
                          nv(":path", h.path), nv("user-agent", "floodgate-health-check")};
   deadline::entry watch;  // (unarmed: health.timeout bounds the whole check)
   h2_call call;
-  if (!call.start(session, fields, grpc, watch)) co_return check_result{failure_kind::reset};
+  if (!call.start(session, fields, grpc, watch, watch)) co_return check_result{failure_kind::reset};
   if (grpc && co_await call.send(grpc_empty_message, sizeof grpc_empty_message, true))
     co_return check_result{failure_kind::reset};
   if (co_await call.head()) co_return check_result{failure_kind::reset};

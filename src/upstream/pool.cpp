@@ -188,7 +188,8 @@ void pool::release(std::string_view upstream, connection_ptr c) {
 std::shared_ptr<h2_session> pool::take_h2(const config::upstream_config& upstream, std::size_t server) {
   auto* s = find(upstream.name, upstream, server);
   if (!s) return nullptr;
-  std::erase_if(s->h2, [](const auto& h) { return h.s->dead(); });
+  // (one going away or retired is let go: it ends with its last call)
+  std::erase_if(s->h2, [](const auto& h) { return h.s->leaving(); });
   for (auto& h : s->h2)
     if (h.s->open_for_more()) return h.s;
   return nullptr;
@@ -196,8 +197,9 @@ std::shared_ptr<h2_session> pool::take_h2(const config::upstream_config& upstrea
 
 bool pool::add_h2(const config::upstream_config& upstream, std::size_t server, const std::shared_ptr<h2_session>& h) {
   auto* s = find(upstream.name, upstream, server);
-  if (!s || h->conn().address_id != s->address_id || s->h2.size() >= std::max<std::size_t>(1, upstream.max_idle))
-    return false;
+  if (!s || h->conn().address_id != s->address_id) return false;
+  std::erase_if(s->h2, [](const auto& k) { return k.s->leaving(); });
+  if (s->h2.size() >= std::max<std::size_t>(1, upstream.max_idle)) return false;
   s->h2.emplace_back(h);
   return true;
 }
@@ -234,7 +236,7 @@ void pool::close_expired(std::chrono::steady_clock::time_point now) {
       closed |= fresh != sv.idle.begin();
       sv.idle.erase(sv.idle.begin(), fresh);
       std::erase_if(sv.h2, [&](const auto& h) {
-        return h.s->dead() || (!h.s->active() && now - h.s->idle_since >= s.cfg.idle_timeout);
+        return h.s->leaving() || (!h.s->active() && now - h.s->idle_since >= s.cfg.idle_timeout);
       });
     }
   if (closed) count_idle();

@@ -57,7 +57,7 @@ asio::awaitable<void> call(std::shared_ptr<fg::upstream::h2_session> s, bool pos
   fg::upstream::h2_call c;
   const nghttp2_nv fields[] = {nv(":method", post ? "POST" : "GET"), nv(":scheme", "http"),
                                nv(":authority", "fuzz"), nv(":path", "/x"), nv("te", "trailers")};
-  if (!c.start(s, fields, post, watch)) co_return;
+  if (!c.start(s, fields, post, watch, watch)) co_return;
   static const std::string body(100'000, 'b');  // (more than a stream's first window)
   if (post && co_await c.send(body.data(), body.size(), true)) co_return;
   if (co_await c.head()) co_return;

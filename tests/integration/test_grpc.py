@@ -368,3 +368,120 @@ def test_an_http1_client_reaches_an_h2_upstream_and_upstreams_names_the_protocol
     assert r.body == body, r.body
     ups = json.loads(admin_get(g, "/upstreams").body)
     assert [u["protocol"] for u in ups["upstreams"]] == ["h2"], ups
+
+
+def test_an_h2_upstream_over_tls_by_alpn(gateway_factory, origins, tmp_path):
+    cert, key = make_certificate(tmp_path)
+    o = origins(tls=(cert, key))
+    upstreams = (f"  api:\n    protocol: h2\n    address: \"{o.address}\"\n"
+                 f"    tls:\n      ca: \"{cert}\"\n      server_name: localhost\n")
+    g = gateway_factory(upstreams=upstreams, extra=CLEARTEXT)
+    with channel(g) as ch:
+        reply, call = method(ch, "unary_unary", "Unary").with_call(b"over tls", timeout=10)
+        assert reply == b"over tls" and ("x-trailer", "origin") in call.trailing_metadata()
+        got = list(method(ch, "unary_stream", "ServerStream")(b"100", timeout=30))
+        assert len(got) == 100
+
+
+def test_a_store_failure_under_deny_is_unavailable(gateway_factory, origins):
+    """Redis unreachable, on_store_error: deny: a gRPC call gets 14 (UNAVAILABLE), not
+    the denial's RESOURCE_EXHAUSTED (a client may retry it elsewhere)."""
+    from conftest import STARTUP_NOW, free_port
+    o = origins()
+    routes = """  - name: rpc
+    match:
+      path_prefix: /
+    upstream: api
+    on_store_error: deny
+    limits:
+      - name: per-client
+        algorithm: fixed_window
+        key: header:x-client
+        limit: 100
+        window: 1m
+"""
+    g = gateway_factory(upstreams=f"  api:\n    protocol: h2\n    address: \"{o.address}\"\n", routes=routes,
+                        extra=CLEARTEXT, store="redis", redis=f"127.0.0.1:{free_port()}", redis_extra=STARTUP_NOW)
+    with channel(g) as ch:
+        with pytest.raises(grpc.RpcError) as e:
+            method(ch, "unary_unary", "Unary")(b"x", metadata=(("x-client", "a"),), timeout=10)
+        assert e.value.code() == grpc.StatusCode.UNAVAILABLE, e.value
+    assert o.stats()["unary"] == 0
+
+
+def test_a_bidirectional_flood_both_ways_at_once_comes_through_intact(gateway_factory, origins):
+    """The client sends without waiting for answers while the server answers each as it
+    comes: the request body goes up while the response comes down, each message whole."""
+    o = origins()
+    g = grpc_gateway(gateway_factory, [o.address])
+    outbox = [bytes([i % 251]) * 4096 + b"%d" % i for i in range(500)]
+    with channel(g) as ch:
+        inbox = list(method(ch, "stream_stream", "Bidi")(iter(outbox), timeout=60))
+    assert len(inbox) == len(outbox)
+    assert inbox == outbox, next(i for i, (a, b) in enumerate(zip(inbox, outbox)) if a != b)
+
+
+def test_a_client_gone_quiet_ends_its_call_and_counts_against_no_server(gateway_factory, origins):
+    """A client stream that sends one message and then nothing: stream_idle_timeout ends
+    it, on the client's account (the server is not charged a failure)."""
+    from test_admin import admin_get, with_admin
+    o = origins()
+    g = with_admin(lambda extra: grpc_gateway(gateway_factory, [o.address], extra=extra,
+                                              upstream_extra="    stream_idle_timeout: 1s\n"))
+    release = threading.Event()
+
+    def one_then_quiet():
+        yield b"first"
+        release.wait(20)
+
+    with channel(g) as ch:
+        f = method(ch, "stream_unary", "ClientStream").future(one_then_quiet(), timeout=30)
+        with pytest.raises(grpc.RpcError) as e:
+            f.result(timeout=20)
+        release.set()
+        assert e.value.code() != grpc.StatusCode.OK
+    ups = json.loads(admin_get(g, "/upstreams").body)
+    servers = ups["upstreams"][0]["servers"]
+    assert [s["failures"] for s in servers] == [0], servers
+
+
+def test_a_server_gone_silent_is_offered_no_more_calls(gateway_factory):
+    """A server that takes connections and never answers (a hung process): the call's
+    head times out (UNAVAILABLE), and the connection, silent throughout, is not given
+    the next call: a new one is made."""
+    import socket
+    accepted, conns = [], []
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(16)
+    stop = threading.Event()
+
+    def accept():
+        lsock.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                c, _ = lsock.accept()
+            except OSError:
+                continue
+            accepted.append(1)
+            conns.append(c)  # (held open, read by nobody: a black hole)
+
+    t = threading.Thread(target=accept)
+    t.start()
+    try:
+        address = f"127.0.0.1:{lsock.getsockname()[1]}"
+        g = gateway_factory(upstreams=f"  api:\n    protocol: h2\n    address: \"{address}\"\n"
+                                      "    response_timeout: 500ms\n    retries: 0\n", extra=CLEARTEXT)
+        with channel(g) as ch:
+            for n in (1, 2):
+                with pytest.raises(grpc.RpcError) as e:
+                    method(ch, "unary_unary", "Unary")(b"x", timeout=10)
+                assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+                assert len(accepted) == n, f"call {n}: {len(accepted)} connections"
+        assert "silent for a whole call's timeout" in g.log_text()
+    finally:
+        stop.set()
+        t.join(5)
+        for c in conns:
+            c.close()
+        lsock.close()
