@@ -50,7 +50,10 @@ finish "$deps_pid" "$logs/deps.log" "scripts/deps.sh test"
 
 stage "image and package: the Dockerfile built with buildah and run, the .deb built, linted and installed (in the background)"
 # (tests/docker/test_image.sh, then tests/package/test_package.sh, which reuses its base root)
-{ tests/docker/test_image.sh && tests/package/test_package.sh; } >"$logs/image.log" 2>&1 &
+# (at a lower priority than the release tests, as the sanitizer build is: where its
+# compile inside the image misses ccache, it would otherwise take the cores from the
+# tests whose floors assume the gateway and Redis are not kept off them for long)
+{ nice -n 5 tests/docker/test_image.sh && nice -n 5 tests/package/test_package.sh; } >"$logs/image.log" 2>&1 &
 image_pid=$!
 bg+=("$image_pid")
 
