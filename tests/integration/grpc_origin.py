@@ -2,7 +2,7 @@
 process of its own (so that a test can stop or kill it): generic handlers with bytes
 messages, no generated code. Prints its port on its first line of output.
 
-Usage: grpc_origin.py [--tls CERT KEY] [--name NAME]
+Usage: grpc_origin.py [--tls CERT KEY] [--name NAME] [--port P] [--max-streams N]
 
 Methods of service test.Echo:
   Unary         the request back, with trailing metadata x-trailer: <name>
@@ -108,6 +108,7 @@ def main():
     p.add_argument("--tls", nargs=2)
     p.add_argument("--name", default="origin")
     p.add_argument("--port", type=int, default=0)
+    p.add_argument("--max-streams", type=int, default=0)  # SETTINGS_MAX_CONCURRENT_STREAMS (0: grpc's default)
     a = p.parse_args()
     NAME = a.name
     same = dict(request_deserializer=None, response_serializer=None)
@@ -120,8 +121,10 @@ def main():
         "Hang": grpc.unary_unary_rpc_method_handler(hang, **same),
         "Stats": grpc.unary_unary_rpc_method_handler(stats, **same),
     }
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=32),
-                         options=[("grpc.so_reuseport", 0)])
+    options = [("grpc.so_reuseport", 0)]
+    if a.max_streams:
+        options.append(("grpc.max_concurrent_streams", a.max_streams))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=32), options=options)
     handlers["SetHealth"] = grpc.unary_unary_rpc_method_handler(set_health, **same)
     health = {"Check": grpc.unary_unary_rpc_method_handler(health_check, **same)}
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("test.Echo", handlers),

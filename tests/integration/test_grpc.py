@@ -26,8 +26,9 @@ CLEARTEXT = "http2:\n  cleartext: true\n"
 class Origin:
     """grpc_origin.py in a process of its own."""
 
-    def __init__(self, name="origin", tls=None, port=0):
-        args = [sys.executable, str(HERE / "grpc_origin.py"), "--name", name, "--port", str(port)]
+    def __init__(self, name="origin", tls=None, port=0, max_streams=0):
+        args = [sys.executable, str(HERE / "grpc_origin.py"), "--name", name, "--port", str(port),
+                "--max-streams", str(max_streams)]
         if tls:
             args += ["--tls", str(tls[0]), str(tls[1])]
         self.name = name
@@ -485,3 +486,17 @@ def test_a_server_gone_silent_is_offered_no_more_calls(gateway_factory):
         for c in conns:
             c.close()
         lsock.close()
+
+
+def test_a_connection_full_at_the_servers_max_streams_makes_another(gateway_factory, origins):
+    """A server that takes 2 streams per connection and 6 calls at once: all 6 run
+    upstream together, on the connections the gateway adds as each fills."""
+    o = origins(max_streams=2)
+    g = grpc_gateway(gateway_factory, [o.address])
+    with channel(g) as ch:
+        hang = method(ch, "unary_unary", "Hang")
+        calls = [hang.future(b"", timeout=30) for _ in range(6)]
+        wait_for("6 calls under way upstream at once", lambda: o.stats()["calls"] == 6, 15)
+        for c in calls:
+            c.cancel()
+        wait_for("every call cancelled upstream", lambda: o.stats()["cancelled"] == 6, 15)
