@@ -24,25 +24,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402
 from bench import CLIENT_CORE, SERVER_CORE, FLOODGATE, free_port, nginx, wait_port  # noqa: E402
+from http2 import h2load  # noqa: E402
 from tls import print_medians  # noqa: E402
 
 METHOD = "/bench.Echo/Unary"
 
 
-def h2load(port, conns, streams, seconds, work, body):
-    log = work / f"h2load-{port}-{conns}.log"
-    out = subprocess.run(["taskset", "-c", CLIENT_CORE, "h2load", "-c", str(conns), "-m", str(streams), "-D",
-                          str(seconds), "--warm-up-time=1", "--log-file", str(log), "-d", str(body),
-                          "-H", "content-type: application/grpc", "-H", "te: trailers",
-                          f"http://127.0.0.1:{port}{METHOD}"], capture_output=True, text=True).stdout
-    done = next((line for line in out.splitlines() if line.startswith("requests:")), "")
-    fields = done.replace(",", "").split()
-    ok = int(fields[fields.index("succeeded") - 1]) if "succeeded" in fields else 0
-    rps = next((float(line.split()[3]) for line in out.splitlines() if line.startswith("finished in")), 0.0)
-    times = sorted(int(line.split("\t")[2]) for line in log.read_text().splitlines() if line.count("\t") >= 2)
-    p99 = times[int(len(times) * 0.99)] / 1000 if times else 0.0
-    log.unlink()
-    return rps, p99, ok
+def grpc_load(port, conns, streams, seconds, work, body):
+    return h2load(port, conns, streams, seconds, work, url=f"http://127.0.0.1:{port}{METHOD}",
+                  extra=("-d", str(body), "-H", "content-type: application/grpc", "-H", "te: trailers"))
 
 
 def floodgate(work, port, origin_port):
@@ -100,7 +90,7 @@ def main():
             order = ["nginx", "floodgate"] if r % 2 == 0 else ["floodgate", "nginx"]
             for load, conns, streams in loads:
                 for name in order:
-                    rps, p99, ok = h2load(ports[name], conns, streams, seconds, work, body)
+                    rps, p99, ok = grpc_load(ports[name], conns, streams, seconds, work, body)
                     if not ok:
                         sys.exit(f"{name}: no call succeeded at {load}")
                     results[(load, name)].append((rps, p99))

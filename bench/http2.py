@@ -29,11 +29,13 @@ from tls import print_medians, rss_kib, start_proxies  # noqa: E402  (the same s
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "integration"))
 
 
-def h2load(port, conns, streams, seconds, work):
+def h2load(port, conns, streams, seconds, work, url=None, extra=()):
+    """h2load's (req/s, p99 ms, requests that succeeded) against `url` (default the TLS
+    port's /), `extra` its further arguments (a body, fields)."""
     log = work / f"h2load-{port}-{conns}.log"
     out = subprocess.run(["taskset", "-c", CLIENT_CORE, "h2load", "-c", str(conns), "-m", str(streams), "-D",
-                          str(seconds), "--warm-up-time=1", "--log-file", str(log), f"https://127.0.0.1:{port}/"],
-                         capture_output=True, text=True).stdout
+                          str(seconds), "--warm-up-time=1", "--log-file", str(log), *extra,
+                          url or f"https://127.0.0.1:{port}/"], capture_output=True, text=True).stdout
     done = next((line for line in out.splitlines() if line.startswith("requests:")), "")
     fields = done.replace(",", "").split()
     ok = int(fields[fields.index("succeeded") - 1]) if "succeeded" in fields else 0

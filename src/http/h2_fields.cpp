@@ -18,6 +18,14 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
+// `name` appended to `storage` in lower case (HTTP/2's field names): the copy.
+std::string_view append_lower(std::string& storage, std::string_view name) {
+  const auto at = storage.size();
+  std::transform(name.begin(), name.end(), std::back_inserter(storage),
+                 [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; });
+  return {storage.data() + at, name.size()};
+}
+
 }  // namespace
 
 bool connection_specific(std::string_view name) {
@@ -47,9 +55,7 @@ bool h2_head_of(std::string_view head, h2_head& out) {
     const auto colon = line.find(':');
     if (colon == std::string_view::npos || colon == 0) continue;
     const auto at = out.storage.size();
-    std::transform(line.begin(), line.begin() + static_cast<std::ptrdiff_t>(colon), std::back_inserter(out.storage),
-                   [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; });
-    const std::string_view name(out.storage.data() + at, colon);
+    const auto name = append_lower(out.storage, line.substr(0, colon));
     if (connection_specific(name)) {
       out.storage.resize(at);
       continue;
@@ -91,9 +97,7 @@ bool h2_request_of(std::string_view head, std::string_view scheme, bool te_trail
     const auto colon = field.find(':');
     if (colon == std::string_view::npos || colon == 0) continue;
     const auto at = out.storage.size();
-    std::transform(field.begin(), field.begin() + static_cast<std::ptrdiff_t>(colon), std::back_inserter(out.storage),
-                   [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; });
-    const std::string_view name(out.storage.data() + at, colon);
+    const auto name = append_lower(out.storage, field.substr(0, colon));
     const auto value = trim(field.substr(colon + 1));
     if (name == "host") {
       out.storage.resize(at);
