@@ -587,8 +587,12 @@ def test_idle_keep_alive_connections_hold_almost_no_memory(gateway_factory):
     if soft < 5000:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 5000), hard))
     # (a generous connect_timeout: the origin's accept backlog is 512, and a connection
-    # past it waits for the kernel's SYN retransmit, 1 s, which is the suite's default)
-    g = gateway_factory(http={"max_connections": 10000}, upstream_opts={"connect_timeout": "10s"})
+    # past it waits for the kernel's SYN retransmit, 1 s, which is the suite's default;
+    # and an idle_timeout far past the test's length: the first round's connections are
+    # used again at the end, and on a busy machine the rounds and the memory's settling
+    # took longer than the suite's 5 s, so the gateway had closed them, as it should)
+    g = gateway_factory(http={"max_connections": 10000, "idle_timeout": "120s"},
+                        upstream_opts={"connect_timeout": "10s"})
 
     def rss():
         for line in open(f"/proc/{g.proc.pid}/status"):
