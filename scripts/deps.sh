@@ -43,6 +43,29 @@ case "${1:-build}" in
   *) echo "usage: $0 build|test|bench|runtime|package" >&2; exit 2 ;;
 esac
 
+# The packages whose headers the build reads (besides build_pkgs' own -dev packages):
+# with FG_DEPS_CURRENT=1 (the test command) the installed ones are brought to the
+# archive's current versions. The image's build stage installs the current ones, and
+# its compile is answered by the release build's ccache only where every header it
+# reads is the same: one older linux-libc-dev on the host (6.1.187 against 6.1.192)
+# made every file a miss, a second whole compile beside the test command's tests.
+header_pkgs=(g++-12 gcc-12 cpp-12 libstdc++-12-dev libgcc-12-dev libc6-dev linux-libc-dev libfmt-dev libssl-dev)
+
+if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+export DEBIAN_FRONTEND=noninteractive
+updated=
+if [ "${FG_DEPS_CURRENT:-0}" = 1 ] && [ "${1:-build}" = build ]; then
+  current=()
+  for p in "${header_pkgs[@]}" "${build_pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" && current+=("$p")
+  done
+  if [ ${#current[@]} -gt 0 ]; then
+    $SUDO apt-get update -qq
+    updated=1
+    $SUDO apt-get install -y -qq --only-upgrade --no-install-recommends "${current[@]}" >/dev/null
+  fi
+fi
+
 missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" && continue
@@ -54,9 +77,7 @@ done
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 echo "installing: ${missing[*]}"
-if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
+[ -n "$updated" ] || $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # The packaged redis-server, redis-sentinel and haproxy start system instances; tests and
 # benchmarks run their own.

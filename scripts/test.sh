@@ -37,8 +37,8 @@ finish() {
   [ "$status" -eq 0 ] || { echo "FAILED: $3 (exit $status)" >&2; exit "$status"; }
 }
 
-stage "packages to build"
-scripts/deps.sh build
+stage "packages to build (and the installed ones the build reads at their current versions, as the image's are)"
+FG_DEPS_CURRENT=1 scripts/deps.sh build
 stage "packages to test (in the background, beside the release build)"
 scripts/deps.sh test >"$logs/deps.log" 2>&1 &
 deps_pid=$!

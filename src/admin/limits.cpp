@@ -21,8 +21,6 @@ using kind = config::key_source::kind;
 
 namespace {
 
-reply json_reply(unsigned status, const json::object& o) { return {status, json::serialize(o), "application/json", {}}; }
-
 reply error(unsigned status, const std::string& message) { return json_reply(status, {{"error", message}}); }
 
 const char* store_name(const config::config& cfg) {

@@ -17,9 +17,9 @@ namespace fg::admin {
 
 namespace json = boost::json;
 
-namespace {
-
 reply json_reply(unsigned status, const json::object& o) { return {status, json::serialize(o), "application/json", {}}; }
+
+namespace {
 
 using boost::urls::url_view;
 

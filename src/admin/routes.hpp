@@ -6,6 +6,7 @@
 
 #include "admin/status.hpp"
 
+namespace boost::json { class object; }
 namespace fg::store { class inspector; }
 
 namespace fg::admin {
@@ -24,6 +25,9 @@ struct reply {
   // Set on 429: seconds until a call is admitted again.
   unsigned retry_after = 0;
 };
+
+// A JSON answer: `o` serialized, with `status`.
+reply json_reply(unsigned status, const boost::json::object& o);
 
 // The admin paths: each with the methods it takes and its handler.
 reply dispatch(std::string_view method, std::string_view target, status_source& status);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 
+#include "util/text.hpp"
+
 namespace fg::http {
 
 namespace {
@@ -10,12 +12,6 @@ namespace {
 nghttp2_nv nv(const char* name, std::size_t nlen, const char* value, std::size_t vlen) {
   return {reinterpret_cast<std::uint8_t*>(const_cast<char*>(name)), reinterpret_cast<std::uint8_t*>(const_cast<char*>(value)),
           nlen, vlen, NGHTTP2_NV_FLAG_NONE};
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
 }
 
 // `name` appended to `storage` in lower case (HTTP/2's field names): the copy.
@@ -60,7 +56,7 @@ bool h2_head_of(std::string_view head, h2_head& out) {
       out.storage.resize(at);
       continue;
     }
-    const auto value = trim(line.substr(colon + 1));
+    const auto value = util::trim(line.substr(colon + 1));
     const auto vat = out.storage.size();
     out.storage.append(value);
     out.fields.push_back(nv(out.storage.data() + at, colon, out.storage.data() + vat, value.size()));
@@ -98,7 +94,7 @@ bool h2_request_of(std::string_view head, std::string_view scheme, bool te_trail
     if (colon == std::string_view::npos || colon == 0) continue;
     const auto at = out.storage.size();
     const auto name = append_lower(out.storage, field.substr(0, colon));
-    const auto value = trim(field.substr(colon + 1));
+    const auto value = util::trim(field.substr(colon + 1));
     if (name == "host") {
       out.storage.resize(at);
       if (!has_authority) out.fields[authority_at] = nv(":authority", 10, keep(value).data(), value.size());

@@ -433,12 +433,14 @@ def test_a_handshake_flood_leaves_established_clients_served(gateway_factory, ce
         s.close()
 
 
-def test_testssl_finds_no_old_protocol_no_weak_cipher_and_sni_served(gateway_factory, certs, tmp_path):
-    # testssl.sh (Debian's) against the listener: protocols, cipher categories and the
-    # server's defaults, asked for b.test (SNI) at 127.0.0.1.
+def test_testssl_finds_no_old_protocol_and_no_weak_cipher(gateway_factory, certs, tmp_path):
+    # testssl.sh (Debian's) against the listener: protocols and cipher categories, asked
+    # for b.test (SNI) at 127.0.0.1. Not its server defaults (-S: the certificate's
+    # fields, resumption), which cost it more than a third of its time and which the tests
+    # above check themselves (the certificate chosen by SNI and without it, resumption).
     g = start_tls(gateway_factory, [certs["a"], certs["b"]])
     out = tmp_path / "testssl.json"
-    r = subprocess.run(["testssl", "--quiet", "--warnings", "off", "--color", "0", "--sneaky", "-p", "-s", "-S",
+    r = subprocess.run(["testssl", "--quiet", "--warnings", "off", "--color", "0", "--sneaky", "-p", "-s",
                         "--jsonfile", str(out), "--ip", "127.0.0.1", f"b.test:{g.tls_port}"],
                        capture_output=True, text=True, timeout=300)
     assert out.exists(), (r.returncode, r.stdout[-3000:], r.stderr[-2000:])
@@ -451,8 +453,3 @@ def test_testssl_finds_no_old_protocol_no_weak_cipher_and_sni_served(gateway_fac
         assert found[weak] == "not offered", (weak, found[weak])
     assert found["cipherlist_STRONG"] == "offered"
     assert found["ALPN"] == "http/1.1"
-    # SNI: the certificate of the name asked for, the default one to a client without SNI.
-    assert found["cert_commonName"] == "b.test" and found["cert_commonName_wo_SNI"] == "a.test", found
-    # (not its resumption checks: its s_client leaves at the end of the handshake, before
-    # a TLS 1.3 ticket can arrive, and whether one has is a race; test_sessions_resume
-    # resumes both versions for certain)
