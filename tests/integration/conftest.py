@@ -981,6 +981,14 @@ def redis_sentinel(tmp_path):
     yield from _until_stopped(RedisSentinel(tmp_path / "sentinel"))
 
 
+@pytest.fixture(scope="module")
+def shared_sentinel(tmp_path_factory):
+    """One Sentinel set for a module's tests that use it only as a store (no failover, no
+    process stopped): a set takes 2.5 s to start (sentinels find each other by their
+    hello messages), and stores.py's tests run on it a dozen times a file."""
+    yield from _until_stopped(RedisSentinel(tmp_path_factory.mktemp("sentinel")))
+
+
 def local_ports(pid, peer_port):
     """The local ports of process `pid`'s TCP connections to port `peer_port` (its fds'
     inodes in /proc/net/tcp*). By the port at both ends: an ephemeral port is shared by

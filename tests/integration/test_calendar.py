@@ -115,7 +115,7 @@ def test_through_redis_the_key_ends_at_the_zones_midnight(kind, window, zone, re
         clis = [lambda *a, p=m.port: cluster.cli(p, *a) for m in cluster.masters()]
     else:
         servers = [request.getfixturevalue("redis_server")] if kind == "redis" else \
-            request.getfixturevalue("redis_sentinel").servers
+            request.getfixturevalue("shared_sentinel").servers
         clis = [s.cli for s in servers]
     ends = set()
     for cli in clis:
