@@ -114,7 +114,8 @@ class exchange {
   // exchange_limits.ipp: admission, the limits, refusals, a delay.
   limit::request_parts key_parts() const;
   limit::status ask_limits(limit::decision_source& source);
-  void head_arrived(const config::route_config& route, clock::time_point t0);
+  // (`verdict`: the status passive health counts, by default the head's)
+  void head_arrived(const config::route_config& route, clock::time_point t0, std::optional<unsigned> verdict = {});
   void charge_after(const response_head* res);
   asio::awaitable<outcome> refuse(limit::status st);
   void restate_denials();
@@ -169,6 +170,7 @@ class exchange {
   asio::awaitable<outcome> relay_h2(upstream::h2_call& call, const config::upstream_config& cfg, deadline::entry& upw);
   void grpc_trailers(unsigned code, std::string_view message);
   void note_grpc_status(std::span<const std::pair<std::string, std::string>> fields);
+  bool grpc_verdict_later(const upstream::h2_call& call) const;
   void watch_grpc_timeout(upstream::h2_call& call, grpc_deadline& d, const asio::any_io_executor& ex);
   bool grpc_request() const;
   auto write_up(upstream::connection& up, std::span<const asio::const_buffer> bufs, std::chrono::milliseconds timeout);

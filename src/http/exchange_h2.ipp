@@ -219,7 +219,22 @@ void exchange<Down>::head_arrived_h2(const config::route_config& route, upstream
   prepare_response_parser();
   error_code ec;
   rp_->put(asio::buffer(text), ec);
-  head_arrived(route, t0);
+  // A gRPC call's verdict for passive health is its grpc-status (eject.statuses reads it
+  // as the HTTP status it maps to): in a trailers-only head, or at the end of the call.
+  std::optional<unsigned> verdict;
+  if (grpc_verdict_later(call)) {
+    verdict = 0;
+  } else if (grpc_request() && call.status() == 200) {
+    note_grpc_status(call.fields());
+    verdict = http_status_of_grpc(grpc_status_ >= 0 ? grpc_status_ : 2);
+  }
+  head_arrived(route, t0, verdict);
+}
+
+// Whether the call's verdict for passive health waits for its trailers.
+template <class Down>
+bool exchange<Down>::grpc_verdict_later(const upstream::h2_call& call) const {
+  return grpc_request() && call.status() == 200 && !call.ended_with_head();
 }
 
 // The response relayed as it comes, then its trailers. A gRPC call whose upstream
@@ -230,6 +245,7 @@ asio::awaitable<outcome> exchange<Down>::relay_h2(upstream::h2_call& call, const
   if (!rp_->is_header_done()) co_return co_await answer(502, false);
   const unsigned status = rp_->get().result_int();
   note_grpc_status(call.fields());  // (a trailers-only answer's)
+  bool verdict_later = grpc_verdict_later(call);
   response_start plan;
   down_.begin_response(*rp_, limits_.headers, true, plan);
   down_.stream_idle(cfg.stream_idle_timeout);
@@ -244,6 +260,7 @@ asio::awaitable<outcome> exchange<Down>::relay_h2(upstream::h2_call& call, const
     complete = !ec && (!plan.body_expected || call.done());
     if (ec && deadline_passed_) {
       grpc_trailers(4, "deadline exceeded");
+      verdict_later = false;  // (the client's deadline: no verdict on the server)
       complete = true;
     } else if (ec) {
       if (ec == asio::error::operation_aborted || down_.client_gone() || pump_failed_) {
@@ -275,6 +292,7 @@ asio::awaitable<outcome> exchange<Down>::relay_h2(upstream::h2_call& call, const
     st.response_begun = true;
     bytes_out_ += n;
   }
+  if (verdict_later) choice_.answered(http_status_of_grpc(grpc_status_ >= 0 ? grpc_status_ : 2), deadline::coarse_now);
   log_request(status);
   co_return plan.keep_alive ? outcome::keep_going : outcome::close;
 }

@@ -100,9 +100,12 @@ void exchange<Down>::release_memory() {
 
 template <class Down>
 void exchange<Down>::log_request(unsigned status) {
-  if (ctx_.metrics)
-    ctx_.metrics->request(
-        ad_.route >= 0 ? rt_->cfg->routes[static_cast<std::size_t>(ad_.route)].slot : obs::metrics_layout::none, status);
+  if (ctx_.metrics) {
+    const auto slot =
+        ad_.route >= 0 ? rt_->cfg->routes[static_cast<std::size_t>(ad_.route)].slot : obs::metrics_layout::none;
+    ctx_.metrics->request(slot, status);
+    if (grpc_status_ >= 0) ctx_.metrics->grpc_call(slot, grpc_status_);
+  }
   auto* log = ctx_.access.get();
   if (!log || !log->enabled()) return;
   const auto& req = down_.request();

@@ -258,8 +258,9 @@ bool exchange<Down>::read_past(error_code& ec, unsigned& interim) {
 // The response head came: the server answered (its health), the time it took (the
 // access log, the metrics), and the costs known now.
 template <class Down>
-void exchange<Down>::head_arrived(const config::route_config& route, clock::time_point t0) {
-  choice_.answered(rp_->get().result_int(), deadline::coarse_now);
+void exchange<Down>::head_arrived(const config::route_config& route, clock::time_point t0,
+                                  std::optional<unsigned> verdict) {
+  choice_.answered(verdict ? *verdict : rp_->get().result_int(), deadline::coarse_now);
   if (t0 != clock::time_point{}) {
     const auto waited = clock::now() - t0;
     upstream_ms_ = std::chrono::duration<double, std::milli>(waited).count();

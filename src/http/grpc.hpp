@@ -25,6 +25,26 @@ inline unsigned grpc_status_of(unsigned status) {
   }
 }
 
+// The HTTP status a call's grpc-status stands for, for passive health (eject.statuses),
+// as Envoy's outlier detection maps it: 14 UNAVAILABLE a 503, 4 DEADLINE_EXCEEDED a
+// 504, 13 INTERNAL, 2 UNKNOWN and 15 DATA_LOSS a 500, ...; 0 OK a 200.
+inline unsigned http_status_of_grpc(int code) {
+  switch (code) {
+    case 0: return 200;
+    case 1: return 499;
+    case 3: case 9: case 11: return 400;
+    case 4: return 504;
+    case 5: return 404;
+    case 6: case 10: return 409;
+    case 7: return 403;
+    case 8: return 429;
+    case 12: return 501;
+    case 14: return 503;
+    case 16: return 401;
+    default: return 500;  // 2 UNKNOWN, 13 INTERNAL, 15 DATA_LOSS, any other
+  }
+}
+
 // The grpc-message of a local answer (plain ASCII: nothing to percent-encode).
 inline std::string_view grpc_message_of(unsigned status) {
   switch (status) {

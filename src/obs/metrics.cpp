@@ -47,6 +47,7 @@ void worker_metrics::reserve(const config::config& cfg) {
     }
   }
   requests_.reserve(routes);
+  grpc_.reserve(routes);
   upstream_.reserve(routes);
   decisions_.reserve(limits);
 }
@@ -96,6 +97,25 @@ MetricFamily requests(const config::config& cfg, std::span<const worker_metrics*
     for (unsigned k = 0; k < 5; ++k) {
       auto n = sum(workers, [&](const worker_metrics& w) { return w.requests(slot, k); });
       if (n) f.metric.push_back(counter_of({{"route", route}, {"code", std::string(class_names[k])}}, n));
+    }
+  };
+  for (const auto& r : cfg.routes)
+    if (r.slot != metrics_layout::none) add(r.slot, r.name);
+  add(metrics_layout::none, "none");
+  return f;
+}
+
+// gRPC calls by route and grpc-status, as requests() shows HTTP answers.
+MetricFamily grpc_calls(const config::config& cfg, std::span<const worker_metrics* const> workers) {
+  MetricFamily f{"floodgate_grpc_responses_total",
+                 "gRPC calls answered, by route and grpc-status (the upstream's, or the gateway's own answer).",
+                 MetricType::Counter, {}};
+  auto add = [&](std::size_t slot, const std::string& route) {
+    for (std::size_t k = 0; k < grpc_status_count; ++k) {
+      auto n = sum(workers, [&](const worker_metrics& w) { return w.grpc_calls(slot, k); });
+      if (n)
+        f.metric.push_back(
+            counter_of({{"route", route}, {"grpc_status", k + 1 < grpc_status_count ? std::to_string(k) : "other"}}, n));
     }
   };
   for (const auto& r : cfg.routes)
@@ -230,6 +250,7 @@ std::string render_metrics(const config::config& cfg, std::span<const worker_met
                            const process_gauges& gauges) {
   std::vector<MetricFamily> families;
   families.push_back(requests(cfg, workers));
+  families.push_back(grpc_calls(cfg, workers));
   families.push_back(decisions(cfg, workers));
   families.push_back({"floodgate_deny_cache_hits_total", "Requests denied from the local deny cache, without the store.",
                       MetricType::Counter,

@@ -41,6 +41,10 @@ inline constexpr std::string_view cause_names[cause_count] = {"timeout", "discon
 // Histogram bounds, in microseconds (the last bucket, +Inf, is implied). Few for the
 // upstream's, which is per route (7 lines a route that has answered): 20 routes of 3
 // limits, each limit both allowing and denying, stay under 300 lines in all.
+// gRPC statuses (floodgate_grpc_responses_total's grpc_status): 0 to 16, then one
+// series for any other number.
+inline constexpr std::size_t grpc_status_count = 18;
+
 inline constexpr std::array<std::uint64_t, 4> upstream_bounds_us = {10'000, 50'000, 250'000, 1'000'000};
 inline constexpr std::array<std::uint64_t, 8> store_bounds_us = {250, 500, 1'000, 2'500, 5'000, 10'000, 25'000, 100'000};
 
@@ -108,6 +112,13 @@ class worker_metrics {
     if (slot == metrics_layout::none) return bump(unrouted_[klass]);
     if (auto* r = requests_.row(slot)) bump(r[klass]);
   }
+  // A gRPC call answered with grpc-status `code` (the upstream's trailers, or the
+  // gateway's own answer) on the route of metrics slot `slot`.
+  void grpc_call(std::size_t slot, int code) {
+    const std::size_t k = code >= 0 && code < 17 ? static_cast<std::size_t>(code) : grpc_status_count - 1;
+    if (slot == metrics_layout::none) return bump(unrouted_grpc_[k]);
+    if (auto* r = grpc_.row(slot)) bump(r[k]);
+  }
   // The upstream's answer (response head) took `us` microseconds, on route `slot`.
   void upstream_time(std::size_t slot, std::uint64_t us) {
     if (auto* r = upstream_.row(slot)) observe(r, upstream_bounds_us, us);
@@ -135,6 +146,11 @@ class worker_metrics {
     if (slot == metrics_layout::none) return read(unrouted_[klass]);
     auto* r = requests_.row(slot, std::memory_order_acquire);
     return r ? read(r[klass]) : 0;
+  }
+  std::uint64_t grpc_calls(std::size_t slot, std::size_t k) const {
+    if (slot == metrics_layout::none) return read(unrouted_grpc_[k]);
+    auto* r = grpc_.row(slot, std::memory_order_acquire);
+    return r ? read(r[k]) : 0;
   }
   std::uint64_t decisions(std::size_t limit_index, outcome o) const {
     auto* r = decisions_.row(limit_index, std::memory_order_acquire);
@@ -166,6 +182,8 @@ class worker_metrics {
   counter_table<upstream_width> upstream_;
   counter_table<outcome_count> decisions_;  // per limit slot
   counter unrouted_[5] = {};
+  counter_table<grpc_status_count> grpc_;  // per route slot, by grpc-status
+  counter unrouted_grpc_[grpc_status_count] = {};
   counter deny_cache_hits_{0};
   counter store_calls_{0}, store_call_requests_{0};
   std::array<counter, store_bounds_us.size() + 2> store_latency_{};

@@ -54,7 +54,7 @@ void choice::answered(unsigned status, steady::time_point now) {
   // The retry is over: its place in the budget is not held for the response's life.
   if (retrying_) servers_->retrying->fetch_sub(1, std::memory_order_relaxed);
   retrying_ = false;
-  if (none()) return;
+  if (none() || status == 0) return;
   if (ejecting_status(*servers_, status)) {
     if (!counted_) note_failure(*servers_, server_, failure_kind::status, status, now);
   } else {

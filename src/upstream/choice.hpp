@@ -37,7 +37,8 @@ class choice {
   // (the first failure of a request only).
   void failed(failure_kind why, steady::time_point now);
   // A response head came: a status in eject.statuses counts as a failure, any other as
-  // a success; a retry's place in the budget is given back.
+  // a success; a retry's place in the budget is given back. Status 0: the head came and
+  // its verdict comes later (a gRPC call's, from its trailers), by a second call.
   void answered(unsigned status, steady::time_point now);
   // Moves to another server for a retry: false when the upstream's `retries` are spent,
   // its retry budget is full, or every server has been tried.

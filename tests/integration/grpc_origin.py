@@ -6,12 +6,15 @@ Usage: grpc_origin.py [--tls CERT KEY] [--name NAME] [--port P] [--max-streams N
 
 Methods of service test.Echo:
   Unary         the request back, with trailing metadata x-trailer: <name>
+                (failing: UNAVAILABLE, trailers only)
   ServerStream  request "N" or "N:SIZE": N messages of SIZE bytes (default 16), the
-                first bytes of each its number
+                first bytes of each its number (failing: 2 messages, then UNAVAILABLE)
   ClientStream  every request joined
   Bidi          each request back as it comes
   Fail          INVALID_ARGUMENT "bad thing", trailing metadata x-trailer: failed
   Hang          until the call is cancelled (or 60 s)
+  SetFailing    "unavailable" (Unary and ServerStream fail as said above) or anything
+                else (they do not)
   SetHealth     "serving" or anything else: what grpc.health.v1.Health/Check answers
                 (SERVING, else NOT_SERVING)
   Stats         JSON: {"cancelled": Hang calls cancelled, "calls": Hang calls begun,
@@ -27,7 +30,8 @@ from concurrent import futures
 
 import grpc
 
-state = {"cancelled": 0, "calls": 0, "streams": 0, "unary": 0, "sent": 0, "serving": True, "checks": 0}
+state = {"cancelled": 0, "calls": 0, "streams": 0, "unary": 0, "sent": 0, "serving": True, "checks": 0,
+         "failing": False}
 lock = threading.Lock()
 NAME = "origin"
 
@@ -35,6 +39,9 @@ NAME = "origin"
 def unary(request, context):
     with lock:
         state["unary"] += 1
+        failing = state["failing"]
+    if failing:
+        context.abort(grpc.StatusCode.UNAVAILABLE, "failing")
     context.set_trailing_metadata((("x-trailer", NAME),))
     return request
 
@@ -42,6 +49,11 @@ def unary(request, context):
 def server_stream(request, context):
     with lock:
         state["streams"] += 1
+        failing = state["failing"]
+    if failing:
+        yield b"0"
+        yield b"1"
+        context.abort(grpc.StatusCode.UNAVAILABLE, "failing")
     text = request.decode() or "1"
     n, _, size = text.partition(":")
     size = int(size or 16)
@@ -81,6 +93,12 @@ def hang(request, context):
     if not context.is_active():
         with lock:
             state["cancelled"] += 1
+    return b""
+
+
+def set_failing(request, context):
+    with lock:
+        state["failing"] = request == b"unavailable"
     return b""
 
 
@@ -126,6 +144,7 @@ def main():
         options.append(("grpc.max_concurrent_streams", a.max_streams))
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=32), options=options)
     handlers["SetHealth"] = grpc.unary_unary_rpc_method_handler(set_health, **same)
+    handlers["SetFailing"] = grpc.unary_unary_rpc_method_handler(set_failing, **same)
     health = {"Check": grpc.unary_unary_rpc_method_handler(health_check, **same)}
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("test.Echo", handlers),
                                      grpc.method_handlers_generic_handler("grpc.health.v1.Health", health)))

@@ -359,6 +359,41 @@ def test_grpc_health_checks_take_a_server_out_and_bring_it_back(gateway_factory,
         assert a.stats()["unary"] == before + 10
 
 
+@pytest.mark.parametrize("shape", ["Unary", "ServerStream"], ids=["trailers-only", "after-messages"])
+def test_eject_counts_a_calls_grpc_status_as_the_http_status_it_maps_to(gateway_factory, origins, shape):
+    """eject.statuses: [503] against a server that answers UNAVAILABLE (14, which maps to
+    503), in a trailers-only answer or in trailers after two messages: its three failures
+    in a row eject it, and every call after goes to the other server. The metrics count
+    each call by its grpc-status."""
+    from test_admin import admin_get, with_admin
+    from test_metrics import scrape, value
+    a, b = origins(name="a"), origins(name="b")
+    with grpc.insecure_channel(b.address) as direct:
+        method(direct, "unary_unary", "SetFailing")(b"unavailable", timeout=5)
+    eject = "    eject:\n      failures: 3\n      statuses: [503]\n      base_time: 60s\n"
+    g = with_admin(lambda extra: grpc_gateway(gateway_factory, [a.address, b.address], extra=extra,
+                                              upstream_extra=eject))
+    codes = []
+    with channel(g) as ch:
+        for _ in range(20):
+            try:
+                if shape == "Unary":
+                    method(ch, "unary_unary", "Unary")(b"x", timeout=10)
+                else:
+                    list(method(ch, "unary_stream", "ServerStream")(b"3", timeout=10))
+                codes.append(grpc.StatusCode.OK)
+            except grpc.RpcError as e:
+                codes.append(e.code())
+    assert codes.count(grpc.StatusCode.UNAVAILABLE) == 3 and codes.count(grpc.StatusCode.OK) == 17, codes
+    servers = {s["address"]: s for s in json.loads(admin_get(g, "/upstreams").body)["upstreams"][0]["servers"]}
+    assert servers[b.address]["state"] == "ejected" and servers[b.address]["ejections"] == 1, servers
+    assert servers[a.address]["failures"] == 0 and servers[a.address]["state"] == "up", servers
+    series, _ = scrape(g)
+    route = "all"
+    assert value(series, "floodgate_grpc_responses_total", route=route, grpc_status="14") == 3, series
+    assert value(series, "floodgate_grpc_responses_total", route=route, grpc_status="0") == 17, series
+
+
 def test_an_http1_client_reaches_an_h2_upstream_and_upstreams_names_the_protocol(gateway_factory, origins):
     """HTTP/1.1 in front, HTTP/2 behind: the request goes up as a stream (its body with
     it), the answer comes down chunked (its trailers, which HTTP/1.1 would carry in a

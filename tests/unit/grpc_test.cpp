@@ -18,6 +18,22 @@ TEST_CASE("local answers as gRPC statuses", "[grpc]") {
   CHECK(fg::http::grpc_message_of(429) == "rate limited");
 }
 
+TEST_CASE("a call's grpc-status as the HTTP status passive health reads (Envoy's mapping)", "[grpc]") {
+  using fg::http::http_status_of_grpc;
+  CHECK(http_status_of_grpc(0) == 200);
+  CHECK(http_status_of_grpc(14) == 503);  // UNAVAILABLE: what eject.statuses: [503] catches
+  CHECK(http_status_of_grpc(4) == 504);
+  CHECK(http_status_of_grpc(8) == 429);
+  CHECK(http_status_of_grpc(12) == 501);
+  CHECK(http_status_of_grpc(13) == 500);
+  CHECK(http_status_of_grpc(2) == 500);
+  CHECK(http_status_of_grpc(15) == 500);
+  CHECK(http_status_of_grpc(3) == 400);
+  CHECK(http_status_of_grpc(16) == 401);
+  CHECK(http_status_of_grpc(1) == 499);
+  CHECK(http_status_of_grpc(99) == 500);  // not a known status
+}
+
 TEST_CASE("TE: trailers among a request's codings", "[grpc]") {
   using fg::http::te_trailers;
   CHECK(te_trailers("trailers"));
