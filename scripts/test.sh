@@ -11,7 +11,8 @@
 # the test-only packages install while release compiles; the image test (debootstrap,
 # packages, buildah's copies; its compile answered by the release build's ccache), the
 # sanitizer build and the fuzz targets (at lower priorities: the tests' processes come
-# first, then the sanitizer build) run beside the release tests; CTest runs the test files in parallel
+# first, then the sanitizer build, the fuzz targets, the image) run beside the release
+# tests, the image on beside the sanitizer tests; CTest runs the test files in parallel
 # (FG_TEST_JOBS, default 3: most of an integration test is waiting), the longest first
 # (COST in tests/CMakeLists.txt).
 set -euo pipefail
@@ -50,10 +51,11 @@ finish "$deps_pid" "$logs/deps.log" "scripts/deps.sh test"
 
 stage "image and package: the Dockerfile built with buildah and run, the .deb built, linted and installed (in the background)"
 # (tests/docker/test_image.sh, then tests/package/test_package.sh, which reuses its base root)
-# (at a lower priority than the release tests, as the sanitizer build is: where its
-# compile inside the image misses ccache, it would otherwise take the cores from the
-# tests whose floors assume the gateway and Redis are not kept off them for long)
-{ nice -n 5 tests/docker/test_image.sh && nice -n 5 tests/package/test_package.sh; } >"$logs/image.log" 2>&1 &
+# (at a lower priority than the tests and the sanitizer build: its packages' installs and
+# buildah's layer copies take minutes of CPU, which the tests, whose floors assume the
+# gateway and Redis are not kept off the cores for long, and the sanitizer build, which
+# the sanitizer tests wait for, need first; its result is awaited last)
+{ nice -n 10 tests/docker/test_image.sh && nice -n 10 tests/package/test_package.sh; } >"$logs/image.log" 2>&1 &
 image_pid=$!
 bg+=("$image_pid")
 
@@ -83,11 +85,11 @@ finish "$fuzz_pid" "$logs/fuzz.log" "the fuzz targets (tests/fuzz)"
 stage "sanitizer build's result"
 finish "$asan_pid" "$logs/asan-build.log" "scripts/build.sh asan"
 
-stage "image and package tests' result"
-finish "$image_pid" "$logs/image.log" "tests/docker/test_image.sh, tests/package/test_package.sh"
-
 stage "sanitizer: unit + integration tests (ctest -j$jobs)"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 FG_SANITIZED=1 ctest --test-dir build-asan --output-on-failure -j"$jobs"
+
+stage "image and package tests' result"
+finish "$image_pid" "$logs/image.log" "tests/docker/test_image.sh, tests/package/test_package.sh"
 stage "all passed"
