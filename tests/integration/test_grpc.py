@@ -118,10 +118,11 @@ def test_every_stream_shape_goes_through(gateway_factory, origins, tls):
         assert inbox == outbox
 
 
-def test_status_details_and_trailers_come_through_intact(gateway_factory, origins):
+@pytest.mark.parametrize("tls", [False, True], ids=["h2c", "tls"])
+def test_status_details_and_trailers_come_through_intact(gateway_factory, origins, tls):
     o = origins()
-    g = grpc_gateway(gateway_factory, [o.address])
-    with channel(g) as ch:
+    g = grpc_gateway(gateway_factory, [o.address], client_tls=tls)
+    with channel(g, tls) as ch:
         with pytest.raises(grpc.RpcError) as e:
             method(ch, "unary_unary", "Fail")(b"x", timeout=10)
         assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -129,10 +130,11 @@ def test_status_details_and_trailers_come_through_intact(gateway_factory, origin
         assert ("x-trailer", "failed") in e.value.trailing_metadata()
 
 
-def test_a_deadline_that_expires_and_a_cancelled_call_cancel_the_upstream_stream(gateway_factory, origins):
+@pytest.mark.parametrize("tls", [False, True], ids=["h2c", "tls"])
+def test_a_deadline_that_expires_and_a_cancelled_call_cancel_the_upstream_stream(gateway_factory, origins, tls):
     o = origins()
-    g = grpc_gateway(gateway_factory, [o.address])
-    with channel(g) as ch:
+    g = grpc_gateway(gateway_factory, [o.address], client_tls=tls)
+    with channel(g, tls) as ch:
         hang = method(ch, "unary_unary", "Hang")
         with pytest.raises(grpc.RpcError) as e:
             hang(b"", timeout=0.5)
@@ -146,7 +148,8 @@ def test_a_deadline_that_expires_and_a_cancelled_call_cancel_the_upstream_stream
         assert method(ch, "unary_unary", "Unary")(b"after", timeout=10) == b"after"
 
 
-def test_a_denied_call_is_resource_exhausted_per_client_by_metadata(gateway_factory, origins):
+@pytest.mark.parametrize("tls", [False, True], ids=["h2c", "tls"])
+def test_a_denied_call_is_resource_exhausted_per_client_by_metadata(gateway_factory, origins, tls):
     o = origins()
     routes = """  - name: rpc
     match:
@@ -159,8 +162,8 @@ def test_a_denied_call_is_resource_exhausted_per_client_by_metadata(gateway_fact
         limit: 2
         window: 1h
 """
-    g = grpc_gateway(gateway_factory, [o.address], routes=routes)
-    with channel(g) as ch:
+    g = grpc_gateway(gateway_factory, [o.address], routes=routes, client_tls=tls)
+    with channel(g, tls) as ch:
         unary = method(ch, "unary_unary", "Unary")
         for _ in range(2):
             assert unary(b"a", metadata=(("x-client", "alice"),), timeout=10) == b"a"
@@ -196,10 +199,11 @@ def test_the_denial_status_is_configurable(gateway_factory, origins):
         assert e.value.code() == grpc.StatusCode.UNAVAILABLE
 
 
-def test_an_upstream_killed_mid_stream_is_unavailable_and_the_next_call_goes_on(gateway_factory, origins):
+@pytest.mark.parametrize("tls", [False, True], ids=["h2c", "tls"])
+def test_an_upstream_killed_mid_stream_is_unavailable_and_the_next_call_goes_on(gateway_factory, origins, tls):
     a, b = origins(name="a"), origins(name="b")
-    g = grpc_gateway(gateway_factory, [a.address, b.address])
-    with channel(g) as ch:
+    g = grpc_gateway(gateway_factory, [a.address, b.address], client_tls=tls)
+    with channel(g, tls) as ch:
         stream = method(ch, "unary_stream", "ServerStream")(b"100000:64", timeout=60)
         assert next(stream).startswith(b"0")
         victim, other = (a, b) if a.stats()["streams"] == 1 else (b, a)
