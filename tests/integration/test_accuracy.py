@@ -150,10 +150,14 @@ def test_rate_limits_admit_what_they_promise_under_a_flood(gateway_factory, redi
     # good: on a virtual machine whose host takes the CPU away (66% steal measured on one
     # CI machine) that lost 0.1-0.35 of the promise at 1000/s, and more through Redis
     # (three processes to be scheduled, not one). So the floor is checked with a burst
-    # that holds 100 ms of tokens (stalls shorter than that lose nothing), and burst 1 is
+    # that holds 500 ms of tokens (stalls shorter than that lose nothing), and burst 1 is
     # checked for the ceiling, its ratio recorded: the late-turn credit it exercised is
     # unit-tested in limit_test.cpp (rate-based limits: a turn taken late ...), exactly.
-    burst = RATE // 10
+    # (A burst of 100 ms failed once in CI: both floods short by 110-120 tokens, at the
+    # test command's start, when the sanitizer build, the fuzz targets and the image's
+    # installs all begin beside the first tests: the machine stalled past 200 ms, twice.
+    # The floor with 500 ms still catches a limiter short of its rate by 2.5%.)
+    burst = RATE // 2
     for b in (1, burst):
         g = gateway_factory(store=store, redis=redis_server.address, workers=2,
                             routes=routes(f"algorithm: {algo}\n        rate: {RATE}/s\n        burst: {b}"))
@@ -172,7 +176,8 @@ def test_rate_limits_admit_what_they_promise_under_a_flood(gateway_factory, redi
             assert admitted <= RATE * outer + b + 2 + RATE * 0.003, floods
             if b == 1 or ratio >= 0.98:
                 break
-        # (short of 0.98 it was tried once more: a stall past 100 ms is rare, not never)
+        # (short of 0.98 it is measured once more and the better kept: the machine's stalls
+        # only ever lower the count, so the best of two is the nearer to the limiter's own)
         if b > 1:
             assert max(f[2] for f in floods) >= 0.98, floods
         g.stop()
