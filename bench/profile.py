@@ -17,7 +17,8 @@ FG_PROFILE_STORE=memory counts every limit in the process (`callgrind /memory`: 
 memory-store path); FG_PROFILE_H2C=1 loads it with cleartext HTTP/2 (h2load, 32
 connections of 10 streams; http2.cleartext on) instead of wrk's HTTP/1.1, and says what
 share of the instructions nghttp2's own code took; FG_PROFILE_TRACING=1 turns
-tracing.propagate on (a traceparent to every upstream request)."""
+tracing.propagate on (a traceparent to every upstream request), =export also exports
+spans (tracing.export, 1% sampled) to the origin, =export-all every request's."""
 import os
 import re
 import shutil
@@ -71,8 +72,12 @@ class Setup:
         conf = d / "floodgate.yaml"
         if H2C:
             conf.write_text(conf.read_text() + "http2:\n  cleartext: true\n")
-        if os.environ.get("FG_PROFILE_TRACING") == "1":  # a traceparent to every upstream request
-            conf.write_text(conf.read_text() + "tracing:\n  propagate: true\n")
+        tracing = os.environ.get("FG_PROFILE_TRACING", "")
+        if tracing:  # a traceparent to every upstream request; spans to the origin (any path is a 200)
+            ratio = {"export": "0.01", "export-all": "1"}.get(tracing)
+            export = (f"  sample_ratio: {ratio}\n  export:\n    endpoint: http://127.0.0.1:{self.up}/v1/traces\n"
+                      if ratio else "")
+            conf.write_text(conf.read_text() + "tracing:\n  propagate: true\n" + export)
         p = subprocess.Popen(["taskset", "-c", bench.SERVER_CORE, *wrapper, bench.FLOODGATE, "--config", str(conf)],
                              stderr=subprocess.DEVNULL if wrapper else None)
         self.procs.append(p)

@@ -12,7 +12,6 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
-#include <boost/url/parse.hpp>
 
 #include <iostream>
 #include "util/asio.hpp"
@@ -23,41 +22,11 @@ using util::use_tuple;
 
 using asio::ip::tcp;
 
-namespace {
-
-boost::system::result<health_url, std::string> fail(const char* why) { return {boost::system::in_place_error, why}; }
-
-}  // namespace
-
 boost::system::result<health_url, std::string> parse_health_url(std::string_view text) {
-  auto parsed = boost::urls::parse_uri(text);
-  if (!parsed) return fail("not a URL (want http://host:port/path)");
-  const auto& u = *parsed;
-  if (u.scheme_id() != boost::urls::scheme::http) return fail("only http:// URLs are checked");
-  if (u.has_userinfo()) return fail("a URL with user info is not checked");
-  if (u.has_fragment()) return fail("a URL with a fragment is not checked");
-  if (u.encoded_host().empty()) return fail("the URL has no host");
-  health_url out;
-  switch (u.host_type()) {
-    case boost::urls::host_type::ipv6: out.host = u.host_ipv6_address().to_string(); break;
-    case boost::urls::host_type::ipv4: out.host = u.host_ipv4_address().to_string(); break;
-    case boost::urls::host_type::name: out.host = u.host(); break;
-    default: return fail("the URL's host is not a name or an address");
-  }
-  if (u.has_port()) {
-    if (u.port().empty() || u.port_number() == 0) return fail("the URL's port is not 1..65535");
-    out.port = u.port();
-  } else {
-    out.port = "80";
-  }
-  out.target = u.encoded_path().empty() ? "/" : std::string(u.encoded_path());
-  if (u.has_query()) out.target += "?" + std::string(u.encoded_query());
-  out.authority = u.encoded_host_and_port();
-  return out;
+  return net::parse_http_url(text);
 }
 
 namespace {
-
 
 asio::awaitable<health_answer> ask(const health_url& url, asio::steady_timer::time_point deadline,
                                    const admin_request& what) {

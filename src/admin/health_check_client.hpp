@@ -8,19 +8,15 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "net/http_url.hpp"
 
 namespace fg::admin {
 
 // Where `floodgate --health-check URL` asks: the one form it takes, http://host:port/path.
-struct health_url {
-  std::string host;    // a name or an address, without the brackets of an IPv6 literal
-  std::string port;    // "80" when the URL has none
-  std::string target;  // path and query, "/" when the URL has none
-  std::string authority;  // host[:port] as written, for the Host header
-};
+using health_url = net::http_url;
 
 // Pure: http://host[:port][/path][?query]; anything else (https, user info, a fragment,
-// no host) is an error with a one-line reason.
+// no host) is an error with a one-line reason (net::parse_http_url).
 boost::system::result<health_url, std::string> parse_health_url(std::string_view url);
 
 // What one GET said: `healthy` on a 2xx status; `line` says why, in one line.

@@ -31,6 +31,7 @@
 #include "store/memory_store.hpp"
 #include "fg_version.hpp"
 #include "obs/access_log.hpp"
+#include "obs/span_export.hpp"
 #include "obs/logging.hpp"
 #include "util/asio.hpp"
 
@@ -126,9 +127,11 @@ void server::start_workers(unsigned n, listen_group& plain, listen_group* tls) {
   const auto& cfg = *rt_->cfg;
   access_ = obs::access_log::open(cfg.log);
   memory_ = std::make_unique<store::memory_store>(cfg.memory.max_keys);
+  spans_ = std::make_unique<obs::span_exporter>();
+  spans_->configure(cfg.tracing.exporter);
   connections_.max = max_connections(cfg, n);
   for (unsigned i = 0; i < n; ++i)
-    workers_.push_back(std::make_unique<worker>(i, rt_, access_, memory_.get(), &connections_));
+    workers_.push_back(std::make_unique<worker>(i, rt_, access_, memory_.get(), &connections_, spans_.get()));
   for (unsigned i = 0; i < n; ++i) workers_[i]->start(plain.fd(i), tls ? tls->fd(i) : -1);
   workers_running_ = true;
 }
@@ -426,6 +429,7 @@ admin::reload_outcome server::reload_now(std::string_view why) {
   if (next->log.level != was->cfg->log.level) spdlog::set_level(spdlog::level::from_str(next->log.level));
   auto access = next->log == was->cfg->log ? access_ : obs::access_log::open(next->log);
   dns_.set(next->resolver, upstream::server_names(next->upstreams), {});
+  if (spans_) spans_->configure(next->tracing.exporter);
   publish(http::compiled_config::build(next, was.get(), dns_.answers(), std::move(*tls), std::move(*consumers)), access,
           why);
   reloads_ok_.fetch_add(1, std::memory_order_relaxed);

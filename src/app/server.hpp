@@ -109,6 +109,9 @@ class server final : public admin::status_source {
   obs::metrics_layout layout_;  // reload_mu_
   std::atomic<std::uint64_t> reloads_ok_{0}, reloads_failed_{0};
   std::unique_ptr<store::memory_store> memory_;
+  // tracing.export's thread and queue (configured at start and at each reload; after
+  // the workers, which hand it spans, are gone).
+  std::unique_ptr<obs::span_exporter> spans_;
   http::connection_limit connections_;
   std::vector<std::unique_ptr<worker>> workers_;
   // Active health checks, from run() to the drain; told of each reload's servers.

@@ -4,6 +4,7 @@
 
 #include "app/server.hpp"
 #include "fg_version.hpp"
+#include "obs/span_export.hpp"
 #include "store/cluster_batcher.hpp"
 #include "redis/cluster.hpp"
 #include "redis/sentinel.hpp"
@@ -104,6 +105,10 @@ std::string server::metrics() const {
   g.reloads_ok = reloads_ok_.load(std::memory_order_relaxed);
   g.reloads_failed = reloads_failed_.load(std::memory_order_relaxed);
   const auto cfg = current_config();
+  g.span_export = cfg->tracing.exporter.on();
+  g.spans_exported = obs::span_events::exported.load(std::memory_order_relaxed);
+  g.spans_dropped_queue_full = obs::span_events::dropped_queue_full.load(std::memory_order_relaxed);
+  g.spans_dropped_export_failed = obs::span_events::dropped_export_failed.load(std::memory_order_relaxed);
   g.redis = cfg->store == config::store_kind::redis;
   g.redis_stalled = redis::connection_events::stalled.load(std::memory_order_relaxed);
   g.redis_connect_timeouts = redis::connection_events::connect_timeouts.load(std::memory_order_relaxed);

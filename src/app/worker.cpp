@@ -58,7 +58,7 @@ std::string random_nonce_prefix() {
 
 // One thread per io_context: socket I/O needs no locking (posts from other threads still do).
 worker::worker(unsigned id, std::shared_ptr<const http::compiled_config> rt, std::shared_ptr<obs::access_log> access,
-               store::memory_store* memory, http::connection_limit* connections)
+               store::memory_store* memory, http::connection_limit* connections, obs::span_exporter* spans)
     : ioc_(std::make_unique<asio::io_context>(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO)),
       pool_(std::make_unique<upstream::pool>(ioc_->get_executor())) {
   ctx_.id = id;
@@ -66,6 +66,7 @@ worker::worker(unsigned id, std::shared_ptr<const http::compiled_config> rt, std
   ctx_.pool = pool_.get();
   ctx_.access = std::move(access);
   ctx_.connections = connections;
+  ctx_.spans = spans;
   // Counted only when something can read the counts: with an admin listener
   // (admin.listen, which only a restart changes).
   ctx_.metrics = ctx_.rt->cfg->admin.listen ? &metrics_ : nullptr;

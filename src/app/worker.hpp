@@ -43,7 +43,7 @@ struct redis_link {
 class worker {
  public:
   worker(unsigned id, std::shared_ptr<const http::compiled_config> rt, std::shared_ptr<obs::access_log> access,
-         store::memory_store* memory, http::connection_limit* connections);
+         store::memory_store* memory, http::connection_limit* connections, obs::span_exporter* spans = nullptr);
   ~worker();
 
   // `listen_fd` (bound, perhaps not listening yet) is duplicated, and `tls_fd` (the TLS

@@ -122,12 +122,29 @@ struct http2_config {
 };
 
 // W3C Trace Context (traceparent, tracestate) for the upstream: off unless `propagate`.
+// tracing.export: spans sent over OTLP/HTTP (JSON) to a collector.
+struct span_export_config {
+  // The collector's endpoint, http://host:port/path (empty: no export).
+  std::string host;
+  std::uint16_t port = 0;
+  std::string target;
+  std::string service_name = "floodgate";
+  bool denied = true;  // a denied request's span is sent whatever its sampled flag
+  std::size_t queue = 2048;  // spans waiting to be sent at most (past it, dropped and counted)
+  std::size_t batch = 512;   // spans in one export at most
+  duration interval{1000};   // an export at least this often while spans wait
+  duration timeout{2000};    // one export's connect, send and answer
+  bool on() const { return !host.empty(); }
+  bool operator==(const span_export_config&) const = default;
+};
+
 struct tracing_config {
   bool propagate = false;  // each request goes upstream with a traceparent of the gateway's span
   // Whose traceparent (and tracestate) is continued; any other's is replaced by a new trace.
   enum class trust { trusted_proxies, always, never };
   trust trust_incoming = trust::trusted_proxies;
   double sample_ratio = 0.01;  // a new trace's share sampled (the flag the upstream reads)
+  span_export_config exporter;  // (tracing.export)
   bool operator==(const tracing_config&) const = default;
 };
 

@@ -12,6 +12,7 @@
 #include "config/caps.hpp"
 #include "config/duration.hpp"
 #include "config/loader_parts.hpp"
+#include "net/http_url.hpp"
 #include "config/source_file.hpp"
 #include "net/cidr.hpp"
 
@@ -281,6 +282,46 @@ class loader {
     }
     if (auto n = o.get("sample_ratio"); present(n))
       set(t.sample_ratio, r_.parsed<double>(n, parse_ratio, "ratio from 0 to 1 (e.g. 0.01)"));
+    if (auto n = o.get("export"); present(n)) {
+      span_export(n, t.exporter);
+      // The spans' trace is the one the services are told of.
+      if (t.exporter.on() && !t.propagate) r_.error(n, "tracing.export needs tracing.propagate: true");
+    }
+  }
+
+  void span_export(const YAML::Node& node, span_export_config& e) {
+    yaml_reader::object o(r_, node, "tracing.export");
+    auto endpoint = o.get("endpoint");
+    if (present(endpoint)) {
+      if (auto s = r_.string(endpoint)) {
+        auto url = net::parse_http_url(*s);
+        if (url && std::stoul(url->port) > 65535) url = {boost::system::in_place_error, "the URL's port is not 1..65535"};
+        if (url) {
+          e.host = url->host;
+          e.port = static_cast<std::uint16_t>(std::stoul(url->port));
+          e.target = url->path_given ? url->target : "/v1/traces";  // (OTLP's)
+        } else {
+          r_.error(endpoint, "tracing.export.endpoint: " + url.error() +
+                                 " (want e.g. http://127.0.0.1:4318/v1/traces; https is not supported: send to a "
+                                 "collector on this machine or in this pod)");
+        }
+      }
+    } else {
+      r_.error(node, "tracing.export needs endpoint (the collector's OTLP/HTTP URL, e.g. "
+                     "http://127.0.0.1:4318/v1/traces)");
+    }
+    if (auto n = o.get("service_name"); present(n)) {
+      auto s = r_.string(n);
+      if (s && (s->empty() || s->size() > 256)) r_.error(n, "tracing.export.service_name must be 1 to 256 characters");
+      else set(e.service_name, s);
+    }
+    if (auto n = o.get("denied"); present(n)) set(e.denied, r_.boolean(n));
+    if (auto n = o.get("queue"); present(n)) set(e.queue, r_.unsigned_int(n, 1, 1'000'000));
+    if (auto n = o.get("batch"); present(n)) set(e.batch, r_.unsigned_int(n, 1, 10'000));
+    if (auto n = o.get("interval"); present(n))
+      set(e.interval, bounded_duration(n, duration{10}, duration{60'000}, "tracing.export.", "interval"));
+    if (auto n = o.get("timeout"); present(n))
+      set(e.timeout, bounded_duration(n, duration{10}, duration{60'000}, "tracing.export.", "timeout"));
   }
 
   static std::optional<double> parse_ratio(std::string_view s) {

@@ -137,6 +137,7 @@ void admit(const compiled_config& rt, const bhttp::request_header<>& req, bool k
     const auto incoming = trusted ? parse_traceparent(traceparent) : std::nullopt;
     make_traceparent(incoming, cfg.tracing.sample_ratio, out.traceparent);
     out.trace_continued = incoming.has_value();
+    if (incoming) std::copy_n(incoming->parent_id.data(), 16, out.trace_parent_span.data());
   }
 }
 

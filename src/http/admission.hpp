@@ -1,6 +1,7 @@
 #pragma once
 #include <boost/beast/http/message.hpp>
 
+#include <array>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,6 +32,7 @@ struct admission {
   // the request's trace (its tracestate fields then go up as they came, else dropped).
   std::string traceparent;
   bool trace_continued = false;
+  std::array<char, 16> trace_parent_span{};  // a continued trace's: the span the gateway's is a child of
   net::client_view client;  // who the client is (limits count client.who.key), under this snapshot
 
   bool has_body() const { return framing.type != body_framing::kind::none; }

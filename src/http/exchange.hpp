@@ -33,7 +33,9 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/http/message.hpp>
 
+#include <array>
 #include <functional>
+#include <vector>
 #include <memory>
 #include <optional>
 #include <string>
@@ -74,6 +76,23 @@ struct response_start {
 };
 
 struct grpc_deadline;  // (exchange_h2.ipp)
+
+// tracing.export: what a request's spans are made of, taken as it goes (exchange_spans.ipp).
+struct span_try {
+  std::array<char, 16> id{};  // the span the upstream is told is its parent
+  clock::time_point start{}, end{};  // (end unset: the try that answered, ended with the request)
+  std::string server;
+  unsigned status = 0;  // the response head's
+  std::string error;    // why it failed ("": it did not)
+};
+struct span_marks {
+  bool on = false;  // the export is on: the request's times are taken
+  enum class verdict : std::uint8_t { none, allowed, delayed, denied, refused, unavailable };
+  verdict decision = verdict::none;
+  clock::time_point asked{}, decided{};  // the limits' call
+  std::vector<span_try> tries;           // (at most max_span_tries)
+};
+constexpr std::size_t max_span_tries = 8;
 
 template <class Down>
 class exchange {
@@ -173,6 +192,10 @@ class exchange {
   bool grpc_verdict_later(const upstream::h2_call& call) const;
   void watch_grpc_timeout(upstream::h2_call& call, grpc_deadline& d, const asio::any_io_executor& ex);
   bool grpc_request() const;
+  // exchange_spans.ipp: tracing.export.
+  void span_try_begin(std::string& head);
+  void span_try_end(stage at, error_code ec);
+  void export_span(unsigned status);
   auto write_up(upstream::connection& up, std::span<const asio::const_buffer> bufs, std::chrono::milliseconds timeout);
 
   // Lent by the worker for one request's bodies (given back when its scope ends).
@@ -208,6 +231,7 @@ class exchange {
   bool deadline_passed_ = false;  // a gRPC call's grpc-timeout passed (DEADLINE_EXCEEDED)
   std::string grpc_extra_;    // a gRPC local answer's fields
   int grpc_status_ = -1;      // the access log's grpc_status for the request being answered
+  span_marks spans_;          // tracing.export
 };
 
 // What one request holds while it is served: its place among the requests that use the

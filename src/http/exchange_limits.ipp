@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "http/exchange.hpp"
+#include "http/exchange_spans.ipp"
 #include "http/grpc.hpp"
 #include "limit/denial.hpp"
 #include "limit/keys.hpp"
@@ -27,7 +28,11 @@ exchange<Down>::~exchange() {
 // snapshot use_current() took.
 template <class Down>
 typename exchange<Down>::scope exchange<Down>::begin() {
-  if (ctx_.access && ctx_.access->enabled()) started_ = clock::now();
+  spans_.on = ctx_.spans && rt_->cfg->tracing.exporter.on();
+  spans_.decision = span_marks::verdict::none;
+  spans_.asked = spans_.decided = {};
+  spans_.tries.clear();
+  if ((ctx_.access && ctx_.access->enabled()) || spans_.on) started_ = clock::now();
   bytes_in_ = bytes_out_ = 0;
   upstream_ms_ = -1;
   delayed_ms_ = 0;
@@ -56,6 +61,7 @@ limit::status exchange<Down>::decided(limit::decision_source& source, error_code
 template <class Down>
 asio::awaitable<outcome> exchange<Down>::respond(limit::status st) {
   if (st == limit::status::ok && limits_.refusal) st = limit::status::refused;
+  if (spans_.on && limits_.asked) spans_.decided = clock::now(), spans_.decision = span_marks::verdict::allowed;
   if (ad_.status) return answer(ad_.status, ad_.keep_alive, ad_.body);
   if (st != limit::status::ok) return refuse(st);
   return forward_in_turn();
@@ -96,6 +102,7 @@ void exchange<Down>::release_memory() {
   ad_.release_memory();
   limits_.release_memory();
   checks_cache_.release_memory();
+  std::vector<span_try>().swap(spans_.tries);
 }
 
 template <class Down>
@@ -106,6 +113,7 @@ void exchange<Down>::log_request(unsigned status) {
     ctx_.metrics->request(slot, status);
     if (grpc_status_ >= 0) ctx_.metrics->grpc_call(slot, grpc_status_);
   }
+  if (spans_.on) export_span(status);
   auto* log = ctx_.access.get();
   if (!log || !log->enabled()) return;
   const auto& req = down_.request();
@@ -168,6 +176,7 @@ limit::status exchange<Down>::ask_limits(limit::decision_source& source) {
   }
   limits_.route = &route;
   limits_.asked = true;
+  if (spans_.on) spans_.asked = clock::now();
   limits_.asked_source = &source;
   // The previous request's checks serve again when nothing they were built from
   // changed: the config, a route whose checks follow the client alone, the client.
@@ -193,6 +202,10 @@ asio::awaitable<outcome> exchange<Down>::refuse(limit::status st) {
   const auto& route = *limits_.route;
   auto& body = limits_.body;
   body.clear();
+  using verdict = span_marks::verdict;
+  spans_.decision = st == limit::status::over_limit ? verdict::denied
+                    : st == limit::status::refused  ? verdict::refused
+                                                    : verdict::unavailable;
   if (st == limit::status::over_limit) {
     denial_ = true;
     limit::append_denial_body(body, route, limits_.checks, limits_.decisions);
@@ -276,6 +289,7 @@ asio::awaitable<outcome> exchange<Down>::forward_in_turn() {
     co_return co_await refuse(limit::status::over_limit);
   }
   delayed_ms_ = wait;
+  spans_.decision = span_marks::verdict::delayed;
   ++ctx_.delayed;
   const bool gone = co_await down_.wait_turn(std::chrono::milliseconds(wait));
   --ctx_.delayed;

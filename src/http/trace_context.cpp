@@ -20,13 +20,28 @@ int hex_value(char c) { return c <= '9' ? c - '0' : c - 'a' + 10; }
 
 // 16 hex digits of a random value, never all zero (an all-zero id is invalid).
 void append_hex64(std::string& out) {
-  static constexpr char hex[] = "0123456789abcdef";
-  std::uint64_t v = 0;
-  while (v == 0) v = util::unique_random();
-  for (int shift = 60; shift >= 0; shift -= 4) out.push_back(hex[(v >> shift) & 0xf]);
+  char id[16];
+  make_span_id(id);
+  out.append(id, 16);
 }
 
 }  // namespace
+
+void make_span_id(char* out16) {
+  static constexpr char hex[] = "0123456789abcdef";
+  std::uint64_t v = 0;
+  while (v == 0) v = util::unique_random();
+  for (int i = 0, shift = 60; shift >= 0; ++i, shift -= 4) out16[i] = hex[(v >> shift) & 0xf];
+}
+
+bool restate_parent(std::string& head, std::string_view traceparent, std::string_view span_id) {
+  if (traceparent.size() < 52 || span_id.size() != 16) return false;
+  // (from the end: the gateway's traceparent comes after every field of the client's)
+  const auto at = head.rfind(traceparent.substr(0, 36));
+  if (at == std::string::npos || at + 52 > head.size()) return false;
+  head.replace(at + 36, 16, span_id);
+  return true;
+}
 
 std::optional<trace_parent> parse_traceparent(std::string_view v) {
   // version "-" trace-id "-" parent-id "-" flags

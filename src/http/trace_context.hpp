@@ -25,7 +25,21 @@ std::optional<trace_parent> parse_traceparent(std::string_view value);
 // `sample_ratio`), under a new span id of the gateway's.
 void make_traceparent(const std::optional<trace_parent>& incoming, double sample_ratio, std::string& out);
 
-// The trace id in a traceparent made by make_traceparent.
+// The trace id in a traceparent made by make_traceparent, its span (parent) id, and
+// whether it is sampled.
 inline std::string_view trace_id_of(std::string_view traceparent) { return traceparent.substr(3, 32); }
+inline std::string_view span_id_of(std::string_view traceparent) { return traceparent.substr(36, 16); }
+inline bool sampled_of(std::string_view traceparent) {
+  const char f = traceparent[54];  // (the flags' low digit: 1 is the sampled bit)
+  return (f >= '0' && f <= '9' ? f - '0' : f - 'a' + 10) & 1;
+}
+
+// A new span id: 16 hex digits of a random value, never all zero.
+void make_span_id(char* out16);
+
+// In `head` (a request head being sent upstream), the span id of the traceparent
+// `traceparent` begins (the first 36 characters: its version and trace id) made
+// `span_id` (16 characters): the span the upstream's is a child of. False: none there.
+bool restate_parent(std::string& head, std::string_view traceparent, std::string_view span_id);
 
 }  // namespace fg::http

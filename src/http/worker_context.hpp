@@ -13,7 +13,7 @@
 
 namespace fg::upstream { class pool; }
 namespace fg::limit { class decision_source; }
-namespace fg::obs { class access_log; class worker_metrics; }
+namespace fg::obs { class access_log; class span_exporter; class worker_metrics; }
 
 namespace fg::http {
 
@@ -82,6 +82,7 @@ struct worker_context {
   deadline::board deadlines;                // every connection's current wait
   connection_limit* connections = nullptr;  // shared by all workers
   obs::worker_metrics* metrics = nullptr;   // this worker's counters (read at scrape time)
+  obs::span_exporter* spans = nullptr;      // tracing.export's queue (none: no export)
   // Body buffers, lent to a session while it relays a body (see http::detail::body_chunk).
   util::block_pool bodies{32 * 1024, 16};
   bool draining = false;

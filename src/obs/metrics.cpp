@@ -246,6 +246,22 @@ std::vector<MetricFamily> upstream_servers(const process_gauges& gauges) {
   return out;
 }
 
+namespace {
+// tracing.export's spans: sent, and dropped by reason.
+std::vector<MetricFamily> trace_spans(const process_gauges& gauges) {
+  std::vector<MetricFamily> out;
+  out.push_back({"floodgate_trace_spans_exported_total", "Spans the collector took (tracing.export).",
+                 MetricType::Counter, {counter_of({}, gauges.spans_exported)}});
+  MetricFamily dropped{"floodgate_trace_spans_dropped_total",
+                       "Spans not sent (tracing.export): the queue was full, or their export failed.",
+                       MetricType::Counter, {}};
+  dropped.metric.push_back(counter_of({{"reason", "queue_full"}}, gauges.spans_dropped_queue_full));
+  dropped.metric.push_back(counter_of({{"reason", "export_failed"}}, gauges.spans_dropped_export_failed));
+  out.push_back(std::move(dropped));
+  return out;
+}
+}  // namespace
+
 std::string render_metrics(const config::config& cfg, std::span<const worker_metrics* const> workers,
                            const process_gauges& gauges) {
   std::vector<MetricFamily> families;
@@ -277,6 +293,8 @@ std::string render_metrics(const config::config& cfg, std::span<const worker_met
   reloads.metric.push_back(counter_of({{"result", "ok"}}, gauges.reloads_ok));
   reloads.metric.push_back(counter_of({{"result", "failed"}}, gauges.reloads_failed));
   families.push_back(std::move(reloads));
+  if (gauges.span_export)
+    for (auto& f : trace_spans(gauges)) families.push_back(std::move(f));
   if (gauges.redis) {
     MetricFamily events{"floodgate_redis_connection_events_total",
                         "Redis connections closed and made again: no reply byte for redis.stall_timeout while "

@@ -205,6 +205,9 @@ struct process_gauges {
   std::uint64_t open_connections = 0;
   std::uint64_t pooled_connections = 0;  // idle upstream connections in the workers' pools
   std::uint64_t reloads_ok = 0, reloads_failed = 0;
+  // tracing.export (when on): spans sent, and dropped (queue full, export failed)
+  bool span_export = false;
+  std::uint64_t spans_exported = 0, spans_dropped_queue_full = 0, spans_dropped_export_failed = 0;
   bool redis = false;  // store: redis: its connections' events are shown
   std::uint64_t redis_stalled = 0, redis_connect_timeouts = 0;
   bool sentinel = false;  // redis.mode sentinel: its events are shown

@@ -38,6 +38,7 @@ SECTIONS = {
     ("loader.cpp", "http", "o"): "http.",
     ("loader.cpp", "http2", "o"): "http2.",
     ("loader.cpp", "tracing", "o"): "tracing.",
+    ("loader.cpp", "span_export", "o"): "tracing.export.",
     ("loader.cpp", "resolver", "o"): "resolver.",
     ("loader.cpp", "tls", "o"): "tls.",
     ("loader.cpp", "certificate", "co"): "tls.certificates[].",
@@ -254,6 +255,10 @@ def config_for(keys):
             for s in sections:
                 at = at.setdefault(s, {})
             at[field] = value
+    # (tracing.export's keys are read with an endpoint, and need tracing.propagate on)
+    if "export" in cfg.get("tracing", {}):
+        cfg["tracing"]["propagate"] = "true"
+        cfg["tracing"]["export"].setdefault("endpoint", "http://127.0.0.1:4318/v1/traces")
     # Sections first, as a reader writes them; upstreams before the routes that use them.
     order = [k for k in cfg if k not in ("upstreams", "routes")] + ["upstreams", "routes"]
     return emit({k: cfg[k] for k in order}) + "\n"

@@ -2,11 +2,22 @@
 and tracestate go up as they came; with tracing.propagate every routed request goes up
 with a traceparent naming the gateway's span, continuing the request's trace only when
 its sender may name one (tracing.trust_incoming: trusted proxies by default) and it is
-valid; the trace id is the access log's. Over HTTP/1.1 and both HTTP/2s."""
+valid; the trace id is the access log's. With tracing.export, spans go to a collector
+(a receiver here that decodes them): a request's, and a child per upstream try whose id
+is the parent the upstream was told of; denials whatever the sampling; a collector that
+is silent or gone costs no request, and what it drops is counted. Over HTTP/1.1 and
+both HTTP/2s."""
+import http.server
 import json
 import re
+import socket
+import threading
 
-from conftest import get, wait_for
+import pytest
+
+from conftest import Thread, get, wait_for
+from test_admin import with_admin
+from test_metrics import scrape, value
 
 OVER_EVERY_PROTOCOL = True
 CLIENT_TRACE = "0af7651916cd43dd8448eb211c80319c"
@@ -83,3 +94,196 @@ def test_trust_always_and_never(gateway_factory):
     parents, states = upstream_saw(never, with_client_trace())
     m = TRACEPARENT.match(parents[0])
     assert m.group(1) != CLIENT_TRACE and m.group(3) == "01" and states == []  # sampled: ratio 1
+
+
+# --- spans exported (tracing.export) ---------------------------------------------------
+
+class Collector:
+    """An OTLP/HTTP receiver: decodes each export's JSON body and keeps its spans, by
+    span id. `silent`: takes each export and never answers (until stop())."""
+
+    def __init__(self, silent=False):
+        self.spans, self.errors, self.exports = {}, [], 0
+        self.silent = silent
+        self.release = threading.Event()
+        collector = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                try:
+                    body = self.rfile.read(int(self.headers["Content-Length"]))
+                    assert self.path == "/v1/traces", self.path
+                    assert self.headers["Content-Type"] == "application/json", self.headers["Content-Type"]
+                    doc = json.loads(body)
+                    for rs in doc["resourceSpans"]:
+                        service = {a["key"]: a["value"]["stringValue"] for a in rs["resource"]["attributes"]}
+                        for ss in rs["scopeSpans"]:
+                            for s in ss["spans"]:
+                                s["service"] = service["service.name"]
+                                s["attrs"] = {a["key"]: next(iter(a["value"].values())) for a in s["attributes"]}
+                                collector.spans[s["spanId"]] = s
+                    collector.exports += 1
+                except Exception as e:  # (a helper thread's failure is the test's: checked by the test)
+                    collector.errors.append(repr(e))
+                if collector.silent:
+                    collector.release.wait(60)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.thread = Thread(target=self.server.serve_forever)
+        self.thread.start()
+
+    def where(self):
+        return f"http://127.0.0.1:{self.port}/v1/traces"
+
+    def requests_spans(self):
+        return [s for s in self.spans.values() if s["kind"] == 2]
+
+    def children(self, parent):
+        return sorted((s for s in self.spans.values() if s.get("parentSpanId") == parent["spanId"] and s["kind"] == 3),
+                      key=lambda s: s["attrs"]["floodgate.try"])
+
+    def stop(self):
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(10)
+        assert not self.errors, self.errors
+
+
+@pytest.fixture
+def collector():
+    c = Collector()
+    yield c
+    c.stop()
+
+
+LIMITED_ROUTES = """  - name: limited
+    match:
+      path_prefix: /limited
+    upstream: api
+    limits:
+      - name: two_a_minute
+        key: global
+        algorithm: fixed_window
+        limit: 2
+        window: 1m
+  - name: all
+    match:
+      path_prefix: /
+    upstream: api
+"""
+
+
+def exporting(where, ratio=1, more=""):
+    return (tracing(ratio=ratio) + f"  export:\n    endpoint: {where}\n    interval: 50ms\n    service_name: edge\n"
+            + more)
+
+
+def test_spans_name_their_parents_the_decision_and_the_try_the_upstream_saw(gateway_factory, collector, protocol):
+    g = gateway_factory(extra=exporting(collector.where()), trusted="127.0.0.1/32", routes=LIMITED_ROUTES)
+    # A trusted proxy's trace, continued: the gateway's span is a child of the proxy's.
+    parents, _ = upstream_saw(g, with_client_trace(False))
+    m = TRACEPARENT.match(parents[0])
+    assert m and m.group(1) == CLIENT_TRACE, parents
+    statuses = [g.request(get("/limited")).status for _ in range(3)]
+    assert statuses == [200, 200, 429], statuses
+    spans = wait_for("4 request spans", lambda: len(collector.requests_spans()) >= 4 and collector.requests_spans(), 10)
+    echo = next(s for s in spans if s["attrs"]["url.path"] == "/echo")
+    assert echo["traceId"] == CLIENT_TRACE and echo["parentSpanId"] == "b7ad6b7169203331", echo
+    assert echo["service"] == "edge" and echo["name"] == "GET all", echo
+    assert echo["attrs"]["http.response.status_code"] == "200" and echo["attrs"]["floodgate.decision"] == "none"
+    assert echo["attrs"]["network.protocol.version"] == ("1.1" if protocol == "http1" else "2"), echo
+    assert int(echo["startTimeUnixNano"]) <= int(echo["endTimeUnixNano"])
+    # Its one try: a child of the request's span, and the parent the upstream was told of.
+    (attempt,) = wait_for("the try's span", lambda: collector.children(echo), 10)
+    assert attempt["spanId"] == m.group(2) and attempt["traceId"] == CLIENT_TRACE, (attempt, parents)
+    assert attempt["attrs"]["http.response.status_code"] == "200" and attempt["attrs"]["floodgate.upstream"] == "api"
+    assert "status" not in attempt or not attempt["status"].get("code"), attempt
+    limited = sorted((s for s in spans if s["attrs"]["url.path"] == "/limited"), key=lambda s: s["startTimeUnixNano"])
+    assert [s["attrs"]["floodgate.decision"] for s in limited] == ["allowed", "allowed", "denied"], limited
+    denied = limited[2]
+    assert denied["attrs"]["http.response.status_code"] == "429" and denied["attrs"]["floodgate.limit"] == "two_a_minute"
+    assert "floodgate.store_us" in denied["attrs"] and "parentSpanId" not in denied, denied  # (a new trace: a root)
+    assert collector.children(denied) == []  # (never sent upstream)
+
+
+def test_a_failed_try_is_a_span_of_its_own_and_the_retry_another(gateway_factory, collector, upstream):
+    # One worker, round robin, never ejected: a refused connect is every other first try.
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    try:
+        section = (f"  api:\n    servers:\n      - \"127.0.0.1:{dead.getsockname()[1]}\"\n      - \"{upstream.address}\"\n"
+                   "    connect_timeout: 2s\n    response_timeout: 10s\n    retries: 1\n    eject: { failures: 0 }\n")
+        g = gateway_factory(upstreams=section, extra=exporting(collector.where()))
+        assert [g.request(get("/echo")).status for _ in range(2)] == [200, 200]
+        spans = wait_for("2 request spans", lambda: len(collector.requests_spans()) >= 2 and collector.requests_spans(), 10)
+        tries = [wait_for("the tries' spans", lambda s=s: collector.children(s), 10) for s in spans]
+    finally:
+        dead.close()
+    retried = next(t for t in tries if len(t) == 2)
+    first, second = retried
+    assert first["status"]["code"] == 2 and "connect" in first["status"]["message"], first
+    assert "http.response.status_code" not in first["attrs"]
+    assert second["attrs"]["http.response.status_code"] == "200" and second["attrs"]["floodgate.try"] == "2"
+    assert second["attrs"]["server.address"] == upstream.address, second
+    assert int(first["endTimeUnixNano"]) <= int(second["startTimeUnixNano"])
+
+
+def test_a_denied_request_is_exported_whatever_the_sampling_unless_told_not(gateway_factory, collector):
+    g = gateway_factory(extra=exporting(collector.where(), ratio=0), routes=LIMITED_ROUTES)
+    assert [g.request(get("/limited")).status for _ in range(3)] == [200, 200, 429]
+    (denied,) = wait_for("the denial's span", lambda: collector.requests_spans(), 10)
+    assert denied["attrs"]["floodgate.decision"] == "denied"
+    # (the allowed ones went before it, unsampled: none came)
+    assert len(collector.spans) == 1, collector.spans
+    quiet = gateway_factory(extra=exporting(collector.where(), ratio=0, more="    denied: false\n"), routes=LIMITED_ROUTES,
+                            trusted="127.0.0.1/32")
+    assert [quiet.request(get("/limited")).status for _ in range(3)] == [200, 200, 429]
+    # A sampled request after them: once its span is in, nothing before it was sent.
+    sampled = quiet.request(get("/echo", extra=f"traceparent: {CLIENT_PARENT}\r\n"))
+    assert sampled.status == 200
+    wait_for("the sampled request's span", lambda: len(collector.requests_spans()) == 2, 10)
+
+
+def test_a_silent_collector_costs_no_request_and_what_it_drops_is_counted(gateway_factory):
+    silent = Collector(silent=True)
+    try:
+        more = "    queue: 4\n    batch: 4\n    timeout: 30s\n"
+        g = with_admin(lambda extra: gateway_factory(extra=exporting(silent.where(), more=more) + extra))
+        # Each export waits 30 s for an answer that never comes; the requests do not wait
+        # for it (each would time out at 10 s here if they did).
+        assert [g.request(get("/echo"), timeout=10).status for _ in range(20)] == [200] * 20
+        series, _ = scrape(g)
+        dropped = value(series, "floodgate_trace_spans_dropped_total", reason="queue_full")
+        # two spans a request (its own, its try's): at most 4 in the export that hangs
+        # and 4 queued behind it
+        assert dropped >= 40 - 8, series
+        assert value(series, "floodgate_trace_spans_exported_total") == 0
+    finally:
+        silent.stop()
+
+
+def test_a_collector_that_refuses_connections_drops_its_batches_counted(gateway_factory):
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    try:
+        where = f"http://127.0.0.1:{dead.getsockname()[1]}/v1/traces"
+        g = with_admin(lambda extra: gateway_factory(extra=exporting(where) + extra))
+        assert [g.request(get("/echo")).status for _ in range(5)] == [200] * 5
+        failed = wait_for("the failed exports counted", lambda: value(scrape(g)[0], "floodgate_trace_spans_dropped_total",
+                                                                       reason="export_failed") >= 10, 10)
+        assert failed
+        assert "tracing.export: the collector at" in g.log_text()
+    finally:
+        dead.close()

@@ -81,6 +81,16 @@ TEST_CASE("bad configurations report the first problem with line, column and mes
        "invalid ratio from 0 to 1 '1.5' (e.g. 0.01)"},
       {"an unknown trust", "tracing:\n  trust_incoming: everyone\n" + kRoutes, 2, 19,
        "invalid value 'everyone', expected one of trusted_proxies|always|never"},
+      {"span export without propagation", "tracing:\n  export:\n    endpoint: http://127.0.0.1:4318\n" + kRoutes, 3, 5,
+       "tracing.export needs tracing.propagate: true"},
+      {"span export over https", "tracing:\n  propagate: true\n  export:\n    endpoint: https://c:4318/v1/traces\n" + kRoutes,
+       4, 15,
+       "tracing.export.endpoint: only http:// URLs are taken (want e.g. http://127.0.0.1:4318/v1/traces; https is not "
+       "supported: send to a collector on this machine or in this pod)"},
+      {"span export without an endpoint", "tracing:\n  propagate: true\n  export:\n    batch: 10\n" + kRoutes, 4, 5,
+       "tracing.export needs endpoint (the collector's OTLP/HTTP URL, e.g. http://127.0.0.1:4318/v1/traces)"},
+      {"span export batch of 0", "tracing:\n  propagate: true\n  export:\n    endpoint: http://c\n    batch: 0\n" + kRoutes,
+       5, 12, "expected an integer from 1 to 10000, got '0'"},
       // --- durations, sizes, integers
       {"duration without unit", "http:\n  header_timeout: 5\n" + kRoutes, 2, 19,
        "invalid duration '5' (want e.g. 250ms, 5s, 1m, 1h)"},
@@ -1043,4 +1053,35 @@ TEST_CASE("config: an HTTP/2 upstream, its quiet streams' bound, and gRPC's deni
   auto status = load(kRoutes + "    response:\n      grpc_status: 17\n");
   REQUIRE_FALSE(status.ok());
   CHECK_THAT(describe(status), Catch::Contains("from 1 to 16"));
+}
+
+TEST_CASE("tracing.export: the collector's URL read into host, port and path", "[config]") {
+  auto load_export = [](const std::string& url) {
+    return load("tracing:\n  propagate: true\n  export:\n    endpoint: " + url +
+                                   "\n    queue: 100\n    batch: 10\n    interval: 200ms\n    denied: false\n" + kRoutes);
+  };
+  auto r = load_export("http://collector.local:4318/v1/traces");
+  REQUIRE(r.ok());
+  const auto& e = r.cfg->tracing.exporter;
+  CHECK(e.on());
+  CHECK(e.host == "collector.local");
+  CHECK(e.port == 4318);
+  CHECK(e.target == "/v1/traces");
+  CHECK(e.queue == 100);
+  CHECK(e.batch == 10);
+  CHECK(e.interval == std::chrono::milliseconds(200));
+  CHECK_FALSE(e.denied);
+  CHECK(e.service_name == "floodgate");
+  auto v6 = load_export("http://[::1]:9000");
+  REQUIRE(v6.ok());
+  CHECK(v6.cfg->tracing.exporter.host == "::1");
+  CHECK(v6.cfg->tracing.exporter.port == 9000);
+  CHECK(v6.cfg->tracing.exporter.target == "/v1/traces");
+  auto no_port = load_export("http://c/otlp/v1/traces");
+  REQUIRE(no_port.ok());
+  CHECK(no_port.cfg->tracing.exporter.port == 80);
+  CHECK(no_port.cfg->tracing.exporter.target == "/otlp/v1/traces");
+  for (const char* bad : {"http://:80/x", "http://c:0", "http://c:70000", "http://a b:1", "http://u@c:1", "ftp://c:1",
+                          "http://[::1:1", "http://c:1/a b", "http://c:1/#f"})
+    CHECK_FALSE(load_export(bad).ok());
 }

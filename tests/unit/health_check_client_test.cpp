@@ -42,16 +42,16 @@ TEST_CASE("parse_health_url takes http://host:port/path", "[admin]") {
 
 TEST_CASE("parse_health_url refuses what it does not check, saying why", "[admin]") {
   const std::pair<const char*, const char*> rows[] = {
-      {"https://127.0.0.1:9901/readyz", "only http:// URLs are checked"},
-      {"ftp://h:1/", "only http:// URLs are checked"},
+      {"https://127.0.0.1:9901/readyz", "only http:// URLs are taken"},
+      {"ftp://h:1/", "only http:// URLs are taken"},
       {"127.0.0.1:9901/readyz", "not a URL (want http://host:port/path)"},
-      {"localhost:9901/readyz", "only http:// URLs are checked"},
+      {"localhost:9901/readyz", "only http:// URLs are taken"},
       {"/readyz", "not a URL (want http://host:port/path)"},
       {"", "not a URL (want http://host:port/path)"},
       {"http://a b:1/", "not a URL (want http://host:port/path)"},
       {"http:///readyz", "the URL has no host"},
-      {"http://u:p@h:1/", "a URL with user info is not checked"},
-      {"http://h:1/#x", "a URL with a fragment is not checked"},
+      {"http://u:p@h:1/", "a URL with user info is not taken"},
+      {"http://h:1/#x", "a URL with a fragment is not taken"},
       {"http://h:0/", "the URL's port is not 1..65535"},
       {"http://h:/", "the URL's port is not 1..65535"},
       {"http://h:65536/", "the URL's port is not 1..65535"},

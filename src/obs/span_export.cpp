@@ -1,0 +1,226 @@
+#include "obs/span_export.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/serialize.hpp>
+#include <spdlog/spdlog.h>
+
+#include "fg_version.hpp"
+
+namespace fg::obs {
+
+namespace json = boost::json;
+
+namespace {
+
+json::object attribute(std::string_view key, json::object value) {
+  json::object a;
+  a["key"] = key;
+  a["value"] = std::move(value);
+  return a;
+}
+
+json::object string_value(std::string_view s) {
+  json::object v;
+  v["stringValue"] = s;
+  return v;
+}
+
+json::object span_json(const span& s) {
+  json::object o;
+  o["traceId"] = std::string_view(s.trace_id.data(), s.trace_id.size());
+  o["spanId"] = std::string_view(s.span_id.data(), s.span_id.size());
+  if (s.has_parent()) o["parentSpanId"] = std::string_view(s.parent_id.data(), s.parent_id.size());
+  o["name"] = s.name;
+  o["kind"] = s.kind;
+  // (int64 and fixed64 are strings in the protobuf JSON mapping)
+  o["startTimeUnixNano"] = std::to_string(s.start_ns);
+  o["endTimeUnixNano"] = std::to_string(s.end_ns);
+  json::array attrs;
+  for (const auto& a : s.attributes) {
+    if (a.is_int) {
+      json::object v;
+      v["intValue"] = std::to_string(a.number);
+      attrs.push_back(attribute(a.key, std::move(v)));
+    } else {
+      attrs.push_back(attribute(a.key, string_value(a.text)));
+    }
+  }
+  o["attributes"] = std::move(attrs);
+  json::object status;
+  if (s.error) {
+    status["code"] = 2;
+    if (!s.message.empty()) status["message"] = s.message;
+  }
+  o["status"] = std::move(status);
+  return o;
+}
+
+std::string host_field(const config::span_export_config& cfg) {
+  const bool v6 = cfg.host.find(':') != std::string::npos;
+  return (v6 ? "[" + cfg.host + "]" : cfg.host) + ":" + std::to_string(cfg.port);
+}
+
+}  // namespace
+
+std::string otlp_json(const config::span_export_config& cfg, const std::vector<span>& spans) {
+  json::array list;
+  list.reserve(spans.size());
+  for (const auto& s : spans) list.push_back(span_json(s));
+  json::object scope;
+  scope["name"] = "floodgate";
+  scope["version"] = FG_VERSION;
+  json::object scope_spans;
+  scope_spans["scope"] = std::move(scope);
+  scope_spans["spans"] = std::move(list);
+  json::object resource;
+  resource["attributes"] = json::array{attribute("service.name", string_value(cfg.service_name))};
+  json::object rs;
+  rs["resource"] = std::move(resource);
+  rs["scopeSpans"] = json::array{std::move(scope_spans)};
+  json::object root;
+  root["resourceSpans"] = json::array{std::move(rs)};
+  return json::serialize(root);
+}
+
+span_exporter::~span_exporter() {
+  {
+    std::lock_guard l(mu_);
+    stop_ = true;
+    if (sending_) sending_->stop();
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void span_exporter::configure(const config::span_export_config& cfg) {
+  std::lock_guard l(mu_);
+  // Turned off: what is queued still goes where it was to go (cfg_ kept), nothing more is taken.
+  accepting_.store(cfg.on(), std::memory_order_relaxed);
+  if (!cfg.on()) return;
+  cfg_ = cfg;
+  capacity_.store(cfg.queue, std::memory_order_relaxed);
+  if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+  wake_.notify_all();
+}
+
+bool span_exporter::has_room(std::size_t spans) const {
+  if (!accepting_.load(std::memory_order_relaxed)) return false;
+  if (queued_.load(std::memory_order_relaxed) < capacity_.load(std::memory_order_relaxed)) return true;
+  span_events::dropped_queue_full.fetch_add(spans, std::memory_order_relaxed);
+  return false;
+}
+
+void span_exporter::submit(std::vector<span>&& spans) {
+  bool wake = false;
+  {
+    std::lock_guard l(mu_);
+    if (!accepting_.load(std::memory_order_relaxed)) return;
+    if (queue_.size() + spans.size() > cfg_.queue) {
+      span_events::dropped_queue_full.fetch_add(spans.size(), std::memory_order_relaxed);
+      return;
+    }
+    for (auto& s : spans) queue_.push_back(std::move(s));
+    queued_.store(queue_.size(), std::memory_order_relaxed);
+    wake = queue_.size() >= cfg_.batch;
+  }
+  if (wake) wake_.notify_one();
+}
+
+void span_exporter::run() {
+  std::unique_lock l(mu_);
+  for (;;) {
+    const auto until = std::chrono::steady_clock::now() + cfg_.interval;
+    wake_.wait_until(l, until, [&] { return stop_ || queue_.size() >= cfg_.batch; });
+    if (queue_.empty()) {
+      if (stop_) return;
+      continue;
+    }
+    std::vector<span> batch;
+    const auto n = std::min(queue_.size(), cfg_.batch);
+    batch.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      batch.push_back(std::move(queue_.front()));
+      queue_.pop_front();
+    }
+    queued_.store(queue_.size(), std::memory_order_relaxed);
+    const auto cfg = cfg_;
+    const bool last = stop_;  // (the one export a stop allows, a second at most: send())
+    l.unlock();
+    const bool ok = send(cfg, otlp_json(cfg, batch));
+    (ok ? span_events::exported : span_events::dropped_export_failed).fetch_add(n, std::memory_order_relaxed);
+    l.lock();
+    if (last) {
+      span_events::dropped_export_failed.fetch_add(queue_.size(), std::memory_order_relaxed);
+      return;
+    }
+  }
+}
+
+bool span_exporter::send(const config::span_export_config& cfg, std::string body) {
+  namespace asio = boost::asio;
+  namespace beast = boost::beast;
+  namespace http = beast::http;
+  asio::io_context ioc;
+  beast::tcp_stream stream(ioc);
+  unsigned status = 0;
+  std::string error;
+  auto timeout = cfg.timeout;
+  {
+    // (a stop before this: a second at most; after it, the destructor stops the loop)
+    std::lock_guard l(mu_);
+    if (stop_) timeout = std::min(timeout, config::duration{1000});
+    sending_ = &ioc;
+  }
+  auto post = [&]() -> asio::awaitable<void> {
+    asio::ip::tcp::resolver resolver(ioc);
+    stream.expires_after(timeout);
+    auto at = co_await resolver.async_resolve(cfg.host, std::to_string(cfg.port), asio::use_awaitable);
+    co_await stream.async_connect(at, asio::use_awaitable);
+    http::request<http::string_body> req{http::verb::post, cfg.target, 11};
+    req.set(http::field::host, host_field(cfg));
+    req.set(http::field::content_type, "application/json");
+    req.set(http::field::user_agent, "floodgate/" FG_VERSION);
+    req.body() = std::move(body);
+    req.prepare_payload();
+    co_await http::async_write(stream, req, asio::use_awaitable);
+    beast::flat_buffer buf;
+    http::response_parser<http::string_body> res;
+    res.body_limit(64 * 1024);  // (a collector's answer is small; a larger one is a failure)
+    co_await http::async_read(stream, buf, res, asio::use_awaitable);
+    status = res.get().result_int();
+  };
+  asio::co_spawn(ioc, post(), [&](std::exception_ptr e) {
+    if (!e) return;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      error = x.what();
+    }
+  });
+  ioc.run();
+  {
+    std::lock_guard l(mu_);
+    sending_ = nullptr;
+  }
+  const bool ok = status >= 200 && status < 300;
+  if (!ok && !failing_) {
+    spdlog::warn("tracing.export: the collector at http://{}{} {}: spans are dropped (counted) until it takes them",
+                 host_field(cfg), cfg.target, error.empty() ? "answered " + std::to_string(status) : "failed: " + error);
+  } else if (ok && failing_) {
+    spdlog::info("tracing.export: the collector at http://{}{} takes spans again", host_field(cfg), cfg.target);
+  }
+  failing_ = !ok;
+  return ok;
+}
+
+}  // namespace fg::obs
