@@ -129,7 +129,9 @@ struct span_export_config {
   std::uint16_t port = 0;
   std::string target;
   std::string service_name = "floodgate";
-  bool denied = true;  // a denied request's span is sent whatever its sampled flag
+  // A denied request's span is sent whatever its sampled flag, this many a second at
+  // most (0: none): a flood of denials costs no more than that in exports.
+  std::size_t denied_per_second = 100;
   std::size_t queue = 2048;  // spans waiting to be sent at most (past it, dropped and counted)
   std::size_t batch = 512;   // spans in one export at most
   duration interval{1000};   // an export at least this often while spans wait

@@ -315,7 +315,7 @@ class loader {
       if (s && (s->empty() || s->size() > 256)) r_.error(n, "tracing.export.service_name must be 1 to 256 characters");
       else set(e.service_name, s);
     }
-    if (auto n = o.get("denied"); present(n)) set(e.denied, r_.boolean(n));
+    if (auto n = o.get("denied_per_second"); present(n)) set(e.denied_per_second, r_.unsigned_int(n, 0, 100'000));
     if (auto n = o.get("queue"); present(n)) set(e.queue, r_.unsigned_int(n, 1, 1'000'000));
     if (auto n = o.get("batch"); present(n)) set(e.batch, r_.unsigned_int(n, 1, 10'000));
     if (auto n = o.get("interval"); present(n))

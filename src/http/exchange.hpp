@@ -86,7 +86,8 @@ struct span_try {
   std::string error;    // why it failed ("": it did not)
 };
 struct span_marks {
-  bool on = false;  // the export is on: the request's times are taken
+  bool on = false;       // the export is on: the request's times are taken
+  bool sampled = false;  // its trace is sampled: its tries are marked too
   enum class verdict : std::uint8_t { none, allowed, delayed, denied, refused, unavailable };
   verdict decision = verdict::none;
   clock::time_point asked{}, decided{};  // the limits' call

@@ -70,7 +70,7 @@ asio::awaitable<outcome> exchange<Down>::forward_h2() {
   // (a failed try goes again only as HTTP/1.1's would, or refused: never processed)
   exchange_state st{.retry_safe = whole && is_idempotent(req.method())};
   for (;;) {
-    if (spans_.on) span_try_begin(head.storage);
+    if (spans_.sampled) span_try_begin(head.storage);
     error_code ec;
     auto at = stage::connect;
     const auto try_end = up_cfg.try_timeout.count() > 0 ? deadline::coarse_now + up_cfg.try_timeout : clock::time_point::max();

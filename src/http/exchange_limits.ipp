@@ -28,10 +28,11 @@ exchange<Down>::~exchange() {
 // snapshot use_current() took.
 template <class Down>
 typename exchange<Down>::scope exchange<Down>::begin() {
-  spans_.on = ctx_.spans && rt_->cfg->tracing.exporter.on();
-  spans_.decision = span_marks::verdict::none;
-  spans_.asked = spans_.decided = {};
-  spans_.tries.clear();
+  if ((spans_.on = ctx_.spans && rt_->cfg->tracing.exporter.on())) {
+    spans_.decision = span_marks::verdict::none;
+    spans_.asked = spans_.decided = {};
+    spans_.tries.clear();
+  }
   if ((ctx_.access && ctx_.access->enabled()) || spans_.on) started_ = clock::now();
   bytes_in_ = bytes_out_ = 0;
   upstream_ms_ = -1;
@@ -43,6 +44,7 @@ typename exchange<Down>::scope exchange<Down>::begin() {
   // (an HTTP/2 stream's exchange lives for one request: the text is the connection's)
   if (peer_key_rt_ != rt_) peer_key_ = rt_->client_ip.key_of(down_.peer(), down_.peer_str()), peer_key_rt_ = rt_;
   admit(*rt_, down_.request(), down_.keep_alive(), {down_.peer(), down_.peer_str(), peer_key_}, ad_);
+  spans_.sampled = spans_.on && ad_.traceparent.size() == 55 && sampled_of(ad_.traceparent);
   return scope(*this);
 }
 

@@ -1,9 +1,10 @@
 #pragma once
 // tracing.export (members of exchange<Down>, exchange.hpp): a request's span, and a
 // child span per upstream try, handed to the exporter when the request ends (its access
-// log line). A span is made only for a sampled trace, or a denied request when
-// tracing.export.denied says so, and only while the exporter's queue has room: a flood
-// of denials costs a relaxed load each past that. Each try tells the upstream its own
+// log line). A span is made only for a sampled trace, or a denied request (never sent
+// upstream: no tries) within tracing.export.denied_per_second, and only while the
+// exporter's queue has room: a flood of denials costs a relaxed load or two each past
+// that. An unsampled request takes no try marks. Each try tells the upstream its own
 // span as the parent, so that the service's span is the try's child.
 #include <chrono>
 
@@ -64,10 +65,13 @@ template <class Down>
 void exchange<Down>::export_span(unsigned status) {
   const std::string_view tp = ad_.traceparent;
   const bool denied = spans_.decision == span_marks::verdict::denied;
-  if (tp.size() != 55 || !(sampled_of(tp) || (denied && rt_->cfg->tracing.exporter.denied)) ||
-      !ctx_.spans->has_room(1 + spans_.tries.size()))
-    return;
+  if (tp.size() != 55 || !(spans_.sampled || denied)) return;
   const auto now = clock::now();
+  if (!spans_.sampled &&
+      !ctx_.spans->take_denial(std::chrono::duration_cast<std::chrono::seconds>(now.time_since_epoch()).count(),
+                               rt_->cfg->tracing.exporter.denied_per_second))
+    return;
+  if (!ctx_.spans->has_room(1 + spans_.tries.size())) return;
   const auto wall = std::chrono::system_clock::now().time_since_epoch();
   auto unix_ns = [&](clock::time_point t) {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(wall - (now - t)).count();

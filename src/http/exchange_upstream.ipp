@@ -118,7 +118,7 @@ typename exchange<Down>::next_try exchange<Down>::after_failure(const config::up
                                                                   upstream::connection_ptr& up) {
   down_.watch().forget_upstream();
   up.reset();
-  if (spans_.on) span_try_end(at, ec);
+  if (spans_.sampled) span_try_end(at, ec);
   const auto action = on_failure(at, ec, st);
   if (action.retry) {
     st.first = false;
@@ -181,7 +181,7 @@ asio::awaitable<outcome> exchange<Down>::forward() {
   choice_.begin(*ctx_.pool, up_cfg, servers, balance_key(up_cfg), deadline::coarse_now);
   exchange_state st{.retry_safe = is_idempotent(req.method()) && !ad_.has_body()};
   for (bool idle_ok = true;;) {
-    if (spans_.on) span_try_begin(head_out_);
+    if (spans_.sampled) span_try_begin(head_out_);
     error_code ec;
     auto at = stage::connect;
     st.reused = st.try_expired = false;
@@ -263,7 +263,7 @@ template <class Down>
 void exchange<Down>::head_arrived(const config::route_config& route, clock::time_point t0,
                                   std::optional<unsigned> verdict) {
   choice_.answered(verdict ? *verdict : rp_->get().result_int(), deadline::coarse_now);
-  if (spans_.on && !spans_.tries.empty()) spans_.tries.back().status = rp_->get().result_int();
+  if (spans_.sampled && !spans_.tries.empty()) spans_.tries.back().status = rp_->get().result_int();
   if (t0 != clock::time_point{}) {
     const auto waited = clock::now() - t0;
     upstream_ms_ = std::chrono::duration<double, std::milli>(waited).count();

@@ -120,6 +120,15 @@ bool span_exporter::has_room(std::size_t spans) const {
   return false;
 }
 
+bool span_exporter::take_denial(std::int64_t now_s, std::size_t per_second) {
+  if (per_second == 0) return false;
+  auto second = denial_second_.load(std::memory_order_relaxed);
+  // (a new second: one thread resets the count; a race costs at most a few more)
+  if (second != now_s && denial_second_.compare_exchange_strong(second, now_s, std::memory_order_relaxed))
+    denials_.store(0, std::memory_order_relaxed);
+  return denials_.fetch_add(1, std::memory_order_relaxed) < per_second;
+}
+
 void span_exporter::submit(std::vector<span>&& spans) {
   bool wake = false;
   {

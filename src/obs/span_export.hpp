@@ -77,6 +77,9 @@ class span_exporter {
   bool has_room(std::size_t spans) const;
   // A request's spans (any thread). Dropped, counted, when the queue has no room.
   void submit(std::vector<span>&& spans);
+  // Whether an unsampled denial's span may go (any thread): denied_per_second at most,
+  // by the second of `now_s` (a monotonic clock's).
+  bool take_denial(std::int64_t now_s, std::size_t per_second);
 
  private:
   void run();
@@ -89,6 +92,8 @@ class span_exporter {
   bool stop_ = false;               // (mu_)
   std::atomic<bool> accepting_{false};
   std::atomic<std::size_t> queued_{0}, capacity_{0};
+  std::atomic<std::int64_t> denial_second_{0};
+  std::atomic<std::size_t> denials_{0};  // sent in denial_second_
   bool failing_ = false;  // (the thread's: the last export failed)
   boost::asio::io_context* sending_ = nullptr;  // (mu_) the export in flight: stopped by the destructor
   std::thread thread_;

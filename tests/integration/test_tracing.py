@@ -12,6 +12,7 @@ import json
 import re
 import socket
 import threading
+import time
 
 import pytest
 
@@ -247,13 +248,32 @@ def test_a_denied_request_is_exported_whatever_the_sampling_unless_told_not(gate
     assert denied["attrs"]["floodgate.decision"] == "denied"
     # (the allowed ones went before it, unsampled: none came)
     assert len(collector.spans) == 1, collector.spans
-    quiet = gateway_factory(extra=exporting(collector.where(), ratio=0, more="    denied: false\n"), routes=LIMITED_ROUTES,
+    quiet = gateway_factory(extra=exporting(collector.where(), ratio=0, more="    denied_per_second: 0\n"), routes=LIMITED_ROUTES,
                             trusted="127.0.0.1/32")
     assert [quiet.request(get("/limited")).status for _ in range(3)] == [200, 200, 429]
     # A sampled request after them: once its span is in, nothing before it was sent.
     sampled = quiet.request(get("/echo", extra=f"traceparent: {CLIENT_PARENT}\r\n"))
     assert sampled.status == 200
     wait_for("the sampled request's span", lambda: len(collector.requests_spans()) == 2, 10)
+
+
+def test_unsampled_denials_are_sent_a_few_a_second_at_most(gateway_factory, collector):
+    g = gateway_factory(extra=exporting(collector.where(), ratio=0, more="    denied_per_second: 3\n"),
+                        routes=LIMITED_ROUTES, trusted="127.0.0.1/32")
+    # (the gateway's steady clock and time.monotonic() are one clock, CLOCK_MONOTONIC:
+    # the seconds the denials fell in are known)
+    began = time.monotonic()
+    statuses = [g.request(get("/limited")).status for _ in range(20)]
+    ended = time.monotonic()
+    assert statuses == [200, 200] + [429] * 18, statuses
+    seconds = int(ended) - int(began) + 1
+    # A sampled request after them: once its span is in, every denial's that was sent is.
+    assert g.request(get("/echo", extra=f"traceparent: {CLIENT_PARENT}\r\n")).status == 200
+    wait_for("the sampled request's span", lambda: any(s["attrs"]["url.path"] == "/echo"
+                                                       for s in collector.requests_spans()), 10)
+    denials = [s for s in collector.requests_spans() if s["attrs"]["url.path"] == "/limited"]
+    assert all(s["attrs"]["floodgate.decision"] == "denied" for s in denials), denials
+    assert 3 <= len(denials) <= 3 * seconds, (len(denials), seconds)
 
 
 def test_a_silent_collector_costs_no_request_and_what_it_drops_is_counted(gateway_factory):

@@ -1058,7 +1058,7 @@ TEST_CASE("config: an HTTP/2 upstream, its quiet streams' bound, and gRPC's deni
 TEST_CASE("tracing.export: the collector's URL read into host, port and path", "[config]") {
   auto load_export = [](const std::string& url) {
     return load("tracing:\n  propagate: true\n  export:\n    endpoint: " + url +
-                                   "\n    queue: 100\n    batch: 10\n    interval: 200ms\n    denied: false\n" + kRoutes);
+                                   "\n    queue: 100\n    batch: 10\n    interval: 200ms\n    denied_per_second: 0\n" + kRoutes);
   };
   auto r = load_export("http://collector.local:4318/v1/traces");
   REQUIRE(r.ok());
@@ -1070,7 +1070,7 @@ TEST_CASE("tracing.export: the collector's URL read into host, port and path", "
   CHECK(e.queue == 100);
   CHECK(e.batch == 10);
   CHECK(e.interval == std::chrono::milliseconds(200));
-  CHECK_FALSE(e.denied);
+  CHECK(e.denied_per_second == 0);
   CHECK(e.service_name == "floodgate");
   auto v6 = load_export("http://[::1]:9000");
   REQUIRE(v6.ok());
