@@ -195,7 +195,7 @@ class exchange {
   bool grpc_request() const;
   // exchange_spans.ipp: tracing.export.
   void span_try_begin(std::string& head);
-  void span_try_end(stage at, error_code ec);
+  void span_try_end(stage at, error_code ec, std::string_view why = {});
   void export_span(unsigned status);
   auto write_up(upstream::connection& up, std::span<const asio::const_buffer> bufs, std::chrono::milliseconds timeout);
 

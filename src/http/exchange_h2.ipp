@@ -126,6 +126,10 @@ asio::awaitable<outcome> exchange<Down>::forward_h2() {
 // grpc-timeout passed): the answer, if one can go; nullopt: the upstream's failure.
 template <class Down>
 asio::awaitable<std::optional<outcome>> exchange<Down>::h2_client_side(error_code ec) {
+  const bool ended = deadline_passed_ || pump_failed_ || ec == asio::error::operation_aborted || down_.client_gone();
+  if (spans_.sampled && ended)
+    span_try_end(stage::send, {},
+                 deadline_passed_ ? "cancelled: the call's grpc-timeout passed" : "cancelled: the client's side ended it");
   if (deadline_passed_) co_return co_await answer(504, false);  // (DEADLINE_EXCEEDED)
   if (pump_failed_ && pump_failed_ != 499) co_return co_await answer(pump_failed_, false);
   if (ec != asio::error::operation_aborted && !down_.client_gone() && !pump_failed_) co_return std::nullopt;
@@ -270,6 +274,7 @@ asio::awaitable<outcome> exchange<Down>::relay_h2(upstream::h2_call& call, const
       }
       if (ec == asio::error::timed_out) ec = beast::error::timeout;
       spdlog::warn("upstream {}: {}: {}", cfg.name, describe(stage::response_body, ec), ec.message());
+      if (spans_.sampled) span_try_end(stage::response_body, ec);
       if (!grpc_request()) {
         log_request(status);
         co_return outcome::closed;  // (cut short: the client sees it so)

@@ -35,6 +35,7 @@ typename exchange<Down>::scope exchange<Down>::begin() {
   }
   if ((ctx_.access && ctx_.access->enabled()) || spans_.on) started_ = clock::now();
   bytes_in_ = bytes_out_ = 0;
+  grpc_status_ = -1;  // (the access log resets it; without one, the metrics and spans read it)
   upstream_ms_ = -1;
   delayed_ms_ = 0;
   limits_.headers.clear();

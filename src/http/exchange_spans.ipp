@@ -2,10 +2,10 @@
 // tracing.export (members of exchange<Down>, exchange.hpp): a request's span, and a
 // child span per upstream try, handed to the exporter when the request ends (its access
 // log line). A span is made only for a sampled trace, or a denied request (never sent
-// upstream: no tries) within tracing.export.denied_per_second, and only while the
-// exporter's queue has room: a flood of denials costs a relaxed load or two each past
-// that. An unsampled request takes no try marks. Each try tells the upstream its own
-// span as the parent, so that the service's span is the try's child.
+// upstream: no tries), denials tracing.export.denied_per_second at most, and only while
+// the exporter's queue has room: a flood of denials costs a relaxed load or two each
+// past that. An unsampled request takes no try marks. Each try tells the upstream its
+// own span as the parent, so that the service's span is the try's child.
 #include <chrono>
 
 #include "http/exchange.hpp"
@@ -23,7 +23,12 @@ void exchange<Down>::span_try_begin(std::string& head) {
     tries.back().end = now;
     tries.back().error = "refused by the server before it was processed";
   }
-  if (tries.size() >= max_span_tries) return;
+  if (tries.size() >= max_span_tries) {
+    // (past the most kept, the upstream is told of the request's own span: never of a try
+    // that ended)
+    restate_parent(head, ad_.traceparent, span_id_of(ad_.traceparent));
+    return;
+  }
   auto& t = tries.emplace_back();
   make_span_id(t.id.data());
   t.start = now;
@@ -31,12 +36,14 @@ void exchange<Down>::span_try_begin(std::string& head) {
   restate_parent(head, ad_.traceparent, std::string_view(t.id.data(), t.id.size()));
 }
 
+// The try in flight failed at `at` (or, with no `ec`, ended for `why`).
 template <class Down>
-void exchange<Down>::span_try_end(stage at, error_code ec) {
+void exchange<Down>::span_try_end(stage at, error_code ec, std::string_view why) {
   if (spans_.tries.empty() || spans_.tries.back().end != clock::time_point{}) return;
   auto& t = spans_.tries.back();
   t.end = clock::now();
-  t.error.assign(describe(at, ec)).append(": ").append(ec.message());
+  if (ec) t.error.assign(describe(at, ec)).append(": ").append(ec.message());
+  else t.error.assign(why);
 }
 
 namespace spans {
@@ -67,7 +74,9 @@ void exchange<Down>::export_span(unsigned status) {
   const bool denied = spans_.decision == span_marks::verdict::denied;
   if (tp.size() != 55 || !(spans_.sampled || denied)) return;
   const auto now = clock::now();
-  if (!spans_.sampled &&
+  // Denials, sampled or not (a client a trusted proxy lets name its trace can mark its
+  // flood sampled), denied_per_second at most.
+  if (denied &&
       !ctx_.spans->take_denial(std::chrono::duration_cast<std::chrono::seconds>(now.time_since_epoch()).count(),
                                rt_->cfg->tracing.exporter.denied_per_second))
     return;
@@ -84,12 +93,14 @@ void exchange<Down>::export_span(unsigned status) {
   spans::copy_id(s.trace_id, trace_id_of(tp));
   spans::copy_id(s.span_id, span_id_of(tp));
   if (ad_.trace_continued) s.parent_id = ad_.trace_parent_span;
-  s.name.assign(req.method_string()).append(" ").append(route ? route->name : "");
+  // (what the client wrote, cut at 1 KiB: a span is not a place for a 64 KiB path)
+  const auto method = std::string_view(req.method_string()).substr(0, 1024);
+  s.name.assign(method).append(" ").append(route ? route->name : "");
   s.start_ns = unix_ns(started_);
   s.end_ns = unix_ns(now);
   s.error = status >= 500;
-  s.add("http.request.method", req.method_string());
-  s.add("url.path", ad_.path);
+  s.add("http.request.method", method);
+  s.add("url.path", std::string_view(ad_.path).substr(0, 1024));
   s.add("http.response.status_code", static_cast<std::int64_t>(status));
   s.add("network.protocol.version", spans::version_of(down_.protocol()));
   s.add("client.address", ad_.client.who.key.empty() ? down_.peer_str() : std::string_view(ad_.client.who.key));
@@ -113,7 +124,7 @@ void exchange<Down>::export_span(unsigned status) {
     c.trace_id = s.trace_id;
     c.span_id = t.id;
     c.parent_id = s.span_id;
-    c.name.assign(req.method_string());
+    c.name.assign(method);
     c.kind = 3;
     c.start_ns = unix_ns(t.start);
     c.end_ns = unix_ns(t.end == clock::time_point{} ? now : t.end);

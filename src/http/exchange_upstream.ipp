@@ -263,7 +263,8 @@ template <class Down>
 void exchange<Down>::head_arrived(const config::route_config& route, clock::time_point t0,
                                   std::optional<unsigned> verdict) {
   choice_.answered(verdict ? *verdict : rp_->get().result_int(), deadline::coarse_now);
-  if (spans_.sampled && !spans_.tries.empty()) spans_.tries.back().status = rp_->get().result_int();
+  if (spans_.sampled && !spans_.tries.empty() && spans_.tries.back().end == clock::time_point{})
+    spans_.tries.back().status = rp_->get().result_int();
   if (t0 != clock::time_point{}) {
     const auto waited = clock::now() - t0;
     upstream_ms_ = std::chrono::duration<double, std::milli>(waited).count();
@@ -356,6 +357,7 @@ asio::awaitable<outcome> exchange<Down>::relay_response(upstream::connection& up
       // can tell the response is truncated.
       auto action = on_failure(stage::response_body, ec, st);
       spdlog::warn("upstream {}: {}: {}", cfg.name, describe(stage::response_body, ec), ec.message());
+      if (spans_.sampled) span_try_end(stage::response_body, ec);
       if (action.status) co_return co_await answer(action.status, false);
       log_request(status);
       co_return outcome::closed;

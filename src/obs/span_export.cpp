@@ -168,8 +168,10 @@ void span_exporter::run() {
     const bool ok = send(cfg, otlp_json(cfg, batch));
     (ok ? span_events::exported : span_events::dropped_export_failed).fetch_add(n, std::memory_order_relaxed);
     l.lock();
-    if (last) {
+    // (a stop that came during the export cut it short: nothing more is sent)
+    if (last || stop_) {
       span_events::dropped_export_failed.fetch_add(queue_.size(), std::memory_order_relaxed);
+      queue_.clear();
       return;
     }
   }
@@ -184,17 +186,34 @@ bool span_exporter::send(const config::span_export_config& cfg, std::string body
   unsigned status = 0;
   std::string error;
   auto timeout = cfg.timeout;
+  bool stopping = false;
   {
     // (a stop before this: a second at most; after it, the destructor stops the loop)
     std::lock_guard l(mu_);
-    if (stop_) timeout = std::min(timeout, config::duration{1000});
+    stopping = stop_;
+    if (stopping) timeout = std::min(timeout, config::duration{1000});
     sending_ = &ioc;
   }
+  // The collector's addresses, looked up when its name changes or a connect failed, and
+  // never while stopping: a lookup is the one step no timeout here bounds (an address
+  // literal needs none).
+  const auto where = host_field(cfg);
+  if (where != resolved_for_ || addresses_.empty()) {
+    addresses_.clear();
+    resolved_for_ = where;
+    if (!stopping) {
+      boost::system::error_code ec;
+      asio::ip::tcp::resolver resolver(ioc);
+      for (const auto& e : resolver.resolve(cfg.host, std::to_string(cfg.port), ec)) addresses_.push_back(e.endpoint());
+      if (ec) error = "cannot resolve " + cfg.host + ": " + ec.message();
+    }
+  }
+  bool connected = false;
   auto post = [&]() -> asio::awaitable<void> {
-    asio::ip::tcp::resolver resolver(ioc);
+    if (addresses_.empty()) throw std::runtime_error(error.empty() ? "no address" : error);
     stream.expires_after(timeout);
-    auto at = co_await resolver.async_resolve(cfg.host, std::to_string(cfg.port), asio::use_awaitable);
-    co_await stream.async_connect(at, asio::use_awaitable);
+    co_await stream.async_connect(addresses_, asio::use_awaitable);
+    connected = true;
     http::request<http::string_body> req{http::verb::post, cfg.target, 11};
     req.set(http::field::host, host_field(cfg));
     req.set(http::field::content_type, "application/json");
@@ -220,8 +239,11 @@ bool span_exporter::send(const config::span_export_config& cfg, std::string body
   {
     std::lock_guard l(mu_);
     sending_ = nullptr;
+    stopping = stop_;
   }
+  if (!connected) addresses_.clear();  // (looked up again next time)
   const bool ok = status >= 200 && status < 300;
+  if (!ok && stopping) return false;  // (cut short by the stop: no news of the collector)
   if (!ok && !failing_) {
     spdlog::warn("tracing.export: the collector at http://{}{} {}: spans are dropped (counted) until it takes them",
                  host_field(cfg), cfg.target, error.empty() ? "answered " + std::to_string(status) : "failed: " + error);

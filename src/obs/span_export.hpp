@@ -5,6 +5,8 @@
 // (a full one drops the newest, counted); an export sends a batch at a time, at least
 // every `interval`, each bounded by `timeout`; a failed one drops its batch, counted.
 // Nothing on the request path waits for the collector.
+#include <boost/asio/ip/tcp.hpp>
+
 #include <array>
 #include <atomic>
 #include <condition_variable>
@@ -68,8 +70,9 @@ class span_exporter {
   span_exporter(const span_exporter&) = delete;
   span_exporter& operator=(const span_exporter&) = delete;
 
-  // At start and at each reload: where and how to send (off: what is queued is
-  // dropped, nothing more is taken). The thread starts the first time it is on.
+  // At start and at each reload: where and how to send (off: nothing more is taken,
+  // what is queued still goes where it was to go). The thread starts the first time it
+  // is on.
   void configure(const config::span_export_config& cfg);
   // Whether a request's `spans` are worth making (any thread, no lock): the export is
   // on and the queue had room a moment ago (else they are counted as dropped). A flood
@@ -95,6 +98,8 @@ class span_exporter {
   std::atomic<std::int64_t> denial_second_{0};
   std::atomic<std::size_t> denials_{0};  // sent in denial_second_
   bool failing_ = false;  // (the thread's: the last export failed)
+  std::string resolved_for_;  // (the thread's) the collector's host:port whose addresses these are
+  std::vector<boost::asio::ip::tcp::endpoint> addresses_;
   boost::asio::io_context* sending_ = nullptr;  // (mu_) the export in flight: stopped by the destructor
   std::thread thread_;
 };
