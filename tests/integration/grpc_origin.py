@@ -17,6 +17,7 @@ Methods of service test.Echo:
                 else (they do not)
   SetHealth     "serving" or anything else: what grpc.health.v1.Health/Check answers
                 (SERVING, else NOT_SERVING)
+  Metadata      JSON: the call's metadata as the server got it, [[key, value], ...]
   Stats         JSON: {"cancelled": Hang calls cancelled, "calls": Hang calls begun,
                 "streams": ServerStream calls begun, "unary": Unary calls, "sent":
                 ServerStream messages handed to the transport, "name": NAME}
@@ -115,6 +116,10 @@ def health_check(request, context):
         return b"\x08\x01" if state["serving"] else b"\x08\x02"
 
 
+def metadata(request, context):
+    return json.dumps([[k, v] for k, v in context.invocation_metadata()]).encode()
+
+
 def stats(request, context):
     with lock:
         return json.dumps(dict(state, name=NAME)).encode()
@@ -138,6 +143,7 @@ def main():
         "Fail": grpc.unary_unary_rpc_method_handler(fail, **same),
         "Hang": grpc.unary_unary_rpc_method_handler(hang, **same),
         "Stats": grpc.unary_unary_rpc_method_handler(stats, **same),
+        "Metadata": grpc.unary_unary_rpc_method_handler(metadata, **same),
     }
     options = [("grpc.so_reuseport", 0)]
     if a.max_streams:

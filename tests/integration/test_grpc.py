@@ -18,6 +18,7 @@ import pytest
 from conftest import SANITIZED, record, wait_for
 from h2client import H2
 from protocols import make_certificate
+from test_tracing import TRACEPARENT, Collector, exporting
 
 HERE = Path(__file__).resolve().parent
 CLEARTEXT = "http2:\n  cleartext: true\n"
@@ -544,3 +545,24 @@ def test_a_connection_full_at_the_servers_max_streams_makes_another(gateway_fact
         for c in calls:
             c.cancel()
         wait_for("every call cancelled upstream", lambda: o.stats()["cancelled"] == 6, 15)
+
+
+def test_a_calls_spans_name_the_try_the_grpc_server_was_told_of(gateway_factory, origins):
+    # tracing.export to an HTTP/2 upstream: the try's span id goes in the HEADERS the
+    # server gets (the traceparent's parent), as over HTTP/1.1 (test_tracing.py).
+    o = origins()
+    collector = Collector()
+    try:
+        g = grpc_gateway(gateway_factory, [o.address], extra=exporting(collector.where()))
+        with channel(g) as ch:
+            seen = dict(json.loads(method(ch, "unary_unary", "Metadata")(b"", timeout=10)))
+        m = TRACEPARENT.match(seen.get("traceparent", ""))
+        assert m and m.group(3) == "01", seen
+        (span,) = wait_for("the call's span", lambda: collector.requests_spans(), 10)
+        assert span["traceId"] == m.group(1) and span["name"] == "POST all", span
+        assert span["attrs"]["rpc.grpc.status_code"] == "0" and span["attrs"]["network.protocol.version"] == "2"
+        (attempt,) = collector.children(span)
+        assert attempt["spanId"] == m.group(2), (attempt, seen)
+        assert attempt["attrs"]["server.address"] == o.address and attempt["attrs"]["http.response.status_code"] == "200"
+    finally:
+        collector.stop()
