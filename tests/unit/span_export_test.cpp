@@ -103,3 +103,26 @@ TEST_CASE("trace context: a try's span restated in the head sent upstream", "[tr
   std::string none = "GET / HTTP/1.1\r\n\r\n";
   CHECK_FALSE(fg::http::restate_parent(none, tp, span));
 }
+
+TEST_CASE("span export: what a client wrote goes out as well-formed JSON and UTF-8", "[tracing]") {
+  fg::config::span_export_config cfg;
+  std::vector<fg::obs::span> spans(1);
+  std::string id(16, '1');
+  std::copy(id.begin(), id.end(), spans[0].span_id.begin());
+  spans[0].trace_id.fill('2');
+  // a control character, a quote and a backslash; a stray continuation byte; a lead byte
+  // cut short; an overlong '/'; a surrogate; past U+10FFFF; then good 2-, 3- and 4-byte
+  // sequences
+  const std::string path = std::string("/a\x01\"\\b\x80") + "\xc3" + "/\xc0\xaf/\xed\xa0\x80/\xf4\x90\x80\x80/" +
+                           "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80";
+  spans[0].add("url.path", path);
+  const auto text = fg::obs::otlp_json(cfg, spans);
+  // (Boost.JSON's parser refuses malformed UTF-8: this parses only if all was mended)
+  const auto doc = json::parse(text);
+  const auto& s = doc.at("resourceSpans").as_array()[0].at("scopeSpans").as_array()[0].at("spans").as_array()[0];
+  const std::string got(str(s.at("attributes").as_array()[0].at("value").at("stringValue")));
+  const std::string bad = "\xef\xbf\xbd";  // U+FFFD
+  CHECK(got == "/a\x01\"\\b" + bad + bad + "/" + bad + bad + "/" + bad + bad + bad + "/" + bad + bad + bad + bad +
+                   "/\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80");
+  CHECK(text.find("\\u0001") != std::string::npos);
+}
