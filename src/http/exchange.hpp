@@ -191,6 +191,9 @@ class exchange {
   void grpc_trailers(unsigned code, std::string_view message);
   void note_grpc_status(std::span<const std::pair<std::string, std::string>> fields);
   bool grpc_verdict_later(const upstream::h2_call& call) const;
+  // The HTTP status passive health counts a call's end as: its grpc-status mapped (none
+  // came: UNKNOWN, a 500).
+  unsigned grpc_verdict() const;
   void watch_grpc_timeout(upstream::h2_call& call, grpc_deadline& d, const asio::any_io_executor& ex);
   bool grpc_request() const;
   // exchange_spans.ipp: tracing.export.

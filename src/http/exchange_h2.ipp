@@ -42,6 +42,11 @@ struct grpc_deadline {
 };
 
 template <class Down>
+unsigned exchange<Down>::grpc_verdict() const {
+  return http_status_of_grpc(grpc_status_ >= 0 ? grpc_status_ : 2);
+}
+
+template <class Down>
 asio::awaitable<outcome> exchange<Down>::forward_h2() {
   const auto& req = down_.request();
   const auto& route = rt_->cfg->routes[static_cast<std::size_t>(ad_.route)];
@@ -231,7 +236,7 @@ void exchange<Down>::head_arrived_h2(const config::route_config& route, upstream
     verdict = 0;
   } else if (grpc_request() && call.status() == 200) {
     note_grpc_status(call.fields());
-    verdict = http_status_of_grpc(grpc_status_ >= 0 ? grpc_status_ : 2);
+    verdict = grpc_verdict();
   }
   head_arrived(route, t0, verdict);
 }
@@ -298,7 +303,7 @@ asio::awaitable<outcome> exchange<Down>::relay_h2(upstream::h2_call& call, const
     st.response_begun = true;
     bytes_out_ += n;
   }
-  if (verdict_later) choice_.answered(http_status_of_grpc(grpc_status_ >= 0 ? grpc_status_ : 2), deadline::coarse_now);
+  if (verdict_later) choice_.answered(grpc_verdict(), deadline::coarse_now);
   log_request(status);
   co_return plan.keep_alive ? outcome::keep_going : outcome::close;
 }

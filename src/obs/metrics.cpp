@@ -91,17 +91,23 @@ std::uint64_t sum(std::span<const worker_metrics* const> workers, const std::fun
 
 // Requests by route and status class; only the series that have counted something (a
 // route never asked shows no line, which Prometheus reads as 0).
+// `add(slot, route name)` for each route that has a metrics slot, then for "none" (the
+// requests that matched no route).
+template <class F>
+void each_route_slot(const config::config& cfg, F add) {
+  for (const auto& r : cfg.routes)
+    if (r.slot != metrics_layout::none) add(r.slot, r.name);
+  add(metrics_layout::none, std::string("none"));
+}
+
 MetricFamily requests(const config::config& cfg, std::span<const worker_metrics* const> workers) {
   MetricFamily f{"floodgate_requests_total", "Requests answered, by route and status class.", MetricType::Counter, {}};
-  auto add = [&](std::size_t slot, const std::string& route) {
+  each_route_slot(cfg, [&](std::size_t slot, const std::string& route) {
     for (unsigned k = 0; k < 5; ++k) {
       auto n = sum(workers, [&](const worker_metrics& w) { return w.requests(slot, k); });
       if (n) f.metric.push_back(counter_of({{"route", route}, {"code", std::string(class_names[k])}}, n));
     }
-  };
-  for (const auto& r : cfg.routes)
-    if (r.slot != metrics_layout::none) add(r.slot, r.name);
-  add(metrics_layout::none, "none");
+  });
   return f;
 }
 
@@ -110,17 +116,14 @@ MetricFamily grpc_calls(const config::config& cfg, std::span<const worker_metric
   MetricFamily f{"floodgate_grpc_responses_total",
                  "gRPC calls answered, by route and grpc-status (the upstream's, or the gateway's own answer).",
                  MetricType::Counter, {}};
-  auto add = [&](std::size_t slot, const std::string& route) {
+  each_route_slot(cfg, [&](std::size_t slot, const std::string& route) {
     for (std::size_t k = 0; k < grpc_status_count; ++k) {
       auto n = sum(workers, [&](const worker_metrics& w) { return w.grpc_calls(slot, k); });
       if (n)
         f.metric.push_back(
             counter_of({{"route", route}, {"grpc_status", k + 1 < grpc_status_count ? std::to_string(k) : "other"}}, n));
     }
-  };
-  for (const auto& r : cfg.routes)
-    if (r.slot != metrics_layout::none) add(r.slot, r.name);
-  add(metrics_layout::none, "none");
+  });
   return f;
 }
 
