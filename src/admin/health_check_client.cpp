@@ -116,8 +116,13 @@ int run_reload(const config::config& cfg, std::chrono::milliseconds timeout) {
   if (host == "0.0.0.0" || host.empty()) host = "127.0.0.1";
   else if (host == "::") host = "::1";
   const bool v6 = host.find(':') != std::string::npos;
-  health_url url{host, std::to_string(cfg.admin.listen->port), "/reload",
-                 (v6 ? "[" + host + "]" : host) + ":" + std::to_string(cfg.admin.listen->port)};
+  const auto port = cfg.admin.listen->port;
+  health_url url{.host = host,
+                 .port = std::to_string(port),
+                 .target = "/reload",
+                 .authority = (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port),
+                 .path_given = true,
+                 .port_number = port};
   admin_request what;
   what.post = true;
   if (!cfg.admin.token.empty()) what.headers.emplace_back("Authorization", "Bearer " + cfg.admin.token);

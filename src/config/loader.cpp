@@ -294,11 +294,9 @@ class loader {
     auto endpoint = o.get("endpoint");
     if (present(endpoint)) {
       if (auto s = r_.string(endpoint)) {
-        auto url = net::parse_http_url(*s);
-        if (url && std::stoul(url->port) > 65535) url = {boost::system::in_place_error, "the URL's port is not 1..65535"};
-        if (url) {
+        if (auto url = net::parse_http_url(*s)) {
           e.host = url->host;
-          e.port = static_cast<std::uint16_t>(std::stoul(url->port));
+          e.port = url->port_number;
           e.target = url->path_given ? url->target : "/v1/traces";  // (OTLP's)
         } else {
           r_.error(endpoint, "tracing.export.endpoint: " + url.error() +

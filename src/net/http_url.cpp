@@ -2,6 +2,8 @@
 
 #include <boost/url/parse.hpp>
 
+#include <charconv>
+
 namespace fg::net {
 
 namespace {
@@ -24,8 +26,14 @@ boost::system::result<http_url, std::string> parse_http_url(std::string_view tex
     default: return fail("the URL's host is not a name or an address");
   }
   if (u.has_port()) {
-    if (u.port().empty() || u.port_number() == 0) return fail("the URL's port is not 1..65535");
-    out.port = u.port();
+    // (the digits read whole: Boost.URL's port_number() is 0 past 65535, as for port 0)
+    unsigned n = 0;
+    const auto p = u.port();
+    auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), n);
+    if (p.empty() || ec != std::errc() || end != p.data() + p.size() || n == 0 || n > 65535)
+      return fail("the URL's port is not 1..65535");
+    out.port = p;
+    out.port_number = static_cast<std::uint16_t>(n);
   } else {
     out.port = "80";
   }

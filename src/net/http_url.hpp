@@ -3,6 +3,7 @@
 // client of a side service (floodgate --health-check, a span collector). Pure.
 #include <boost/system/result.hpp>
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -14,6 +15,7 @@ struct http_url {
   std::string target;  // path and query, "/" when the URL has none
   std::string authority;  // host[:port] as written, for the Host header
   bool path_given = false;  // the URL has a path (else target is "/")
+  std::uint16_t port_number = 80;  // (port's)
 };
 
 // Anything but that form (https, user info, a fragment, no host, port 0) is an error

@@ -35,6 +35,7 @@ TEST_CASE("parse_health_url takes http://host:port/path", "[admin]") {
     REQUIRE(u.has_value());
     CHECK(u->host == r.host);
     CHECK(u->port == r.port);
+    CHECK(u->port_number == std::stoi(r.port));
     CHECK(u->target == r.target);
     CHECK(u->authority == r.authority);
   }
